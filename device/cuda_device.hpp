@@ -1,0 +1,78 @@
+// `device` over the CUDA driver API (see cuda_driver). Physical memory comes
+// from cuMemCreate (pinned device memory), mapped with cuMemMap and given
+// read-write access for this device only.
+//
+// Every call makes the device's primary context current for its duration
+// and restores the caller's context afterwards, so the caller's own context
+// choice (a runtime, a framework) is never disturbed.
+//
+// Thread safety: as `device`.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "cuda_driver.hpp"
+#include "strata/device.hpp"
+
+namespace strata {
+
+class cuda_device final : public device {
+ public:
+  /// Opens CUDA device `ordinal`. Errors: no_driver, no_device (no device
+  /// or ordinal out of range), device_error.
+  static result<std::unique_ptr<cuda_device>> open(int ordinal);
+  ~cuda_device() override;
+  cuda_device(const cuda_device&) = delete;
+  cuda_device& operator=(const cuda_device&) = delete;
+  cuda_device(cuda_device&&) = delete;
+  cuda_device& operator=(cuda_device&&) = delete;
+
+ private:
+  cuda_device(const cuda_driver& driver, int ordinal, CUdevice dev, CUcontext ctx,
+              std::size_t granularity, std::string name);
+
+  // Makes the primary context current for one call, then restores the old.
+  class context_scope;
+
+  [[nodiscard]] std::string do_name() const override;
+  result<memory_info> do_get_memory_info() override;
+  result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) override;
+  status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;
+  result<page_run> do_create_pages(std::size_t bytes) override;
+  status do_release_pages(page_run run) override;
+  status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) override;
+  status do_unmap(std::uintptr_t va, std::size_t bytes) override;
+  status do_set_access(std::uintptr_t va, std::size_t bytes) override;
+  result<stream_handle> do_create_stream() override;
+  status do_destroy_stream(stream_handle stream) override;
+  result<stream_handle> do_wrap_stream(void* native) override;
+  result<event_handle> do_create_event() override;
+  status do_destroy_event(event_handle event) override;
+  status do_record_event(event_handle event, stream_handle stream) override;
+  result<bool> do_query_event(event_handle event) override;
+  status do_synchronize_event(event_handle event) override;
+  status do_stream_wait_event(stream_handle stream, event_handle event) override;
+  status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) override;
+  status do_synchronize_stream(stream_handle stream) override;
+  status do_synchronize() override;
+  status do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                       stream_handle stream) override;
+  result<void*> do_host_alloc(std::size_t bytes) override;
+  status do_host_free(void* ptr) override;
+  status do_host_register(void* ptr, std::size_t bytes) override;
+  status do_host_unregister(void* ptr) override;
+
+  const cuda_driver& drv_;
+  int ordinal_;
+  CUdevice dev_;
+  CUcontext ctx_;
+  std::string name_;
+  std::mutex mu_;  // guards owned_streams_
+  std::unordered_set<void*> owned_streams_;
+};
+
+}  // namespace strata

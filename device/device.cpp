@@ -1,0 +1,175 @@
+// The non-virtual public calls of `device`: argument checks shared by every
+// implementation, then the private virtual call.
+#include "strata/device.hpp"
+
+#include <bit>
+#include <string>
+
+namespace strata {
+
+namespace {
+
+status invalid(std::string message) {
+  return {errc::invalid_argument, std::move(message)};
+}
+
+status unknown_direction() {
+  return invalid("copy_async: unknown copy direction");
+}
+
+}  // namespace
+
+device::~device() = default;
+
+status device::check_granular(const char* what, std::size_t value) const {
+  if (value % granularity_ != 0) {
+    return invalid(std::string(what) + " " + std::to_string(value) +
+                   " is not a multiple of the device granularity " + std::to_string(granularity_));
+  }
+  return {};
+}
+
+result<std::uintptr_t> device::reserve(std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0) return invalid("reserve: size is 0");
+  if (auto s = check_granular("reserve: size", bytes); !s) return s;
+  if (alignment == 0) alignment = granularity_;
+  if (!std::has_single_bit(alignment)) {
+    return invalid("reserve: alignment " + std::to_string(alignment) + " is not a power of two");
+  }
+  if (alignment < granularity_) alignment = granularity_;
+  return do_reserve(bytes, alignment);
+}
+
+status device::free_reservation(std::uintptr_t base, std::size_t bytes) {
+  if (base == 0 || bytes == 0) return invalid("free_reservation: null base or zero size");
+  return do_free_reservation(base, bytes);
+}
+
+result<page_run> device::create_pages(std::size_t bytes) {
+  if (bytes == 0) return invalid("create_pages: size is 0");
+  if (auto s = check_granular("create_pages: size", bytes); !s) return s;
+  return do_create_pages(bytes);
+}
+
+status device::release_pages(page_run run) {
+  if (run.bytes == 0) return invalid("release_pages: empty page run");
+  return do_release_pages(run);
+}
+
+status device::map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+  if (va == 0 || bytes == 0) return invalid("map: null address or zero size");
+  if (auto s = check_granular("map: address", va); !s) return s;
+  if (auto s = check_granular("map: size", bytes); !s) return s;
+  if (auto s = check_granular("map: offset", offset); !s) return s;
+  if (offset > run.bytes || bytes > run.bytes - offset) {
+    return invalid("map: offset " + std::to_string(offset) + " + size " + std::to_string(bytes) +
+                   " exceeds the page run's " + std::to_string(run.bytes) + " bytes");
+  }
+  return do_map(va, bytes, run, offset);
+}
+
+status device::unmap(std::uintptr_t va, std::size_t bytes) {
+  if (va == 0 || bytes == 0) return invalid("unmap: null address or zero size");
+  if (auto s = check_granular("unmap: address", va); !s) return s;
+  if (auto s = check_granular("unmap: size", bytes); !s) return s;
+  return do_unmap(va, bytes);
+}
+
+status device::set_access(std::uintptr_t va, std::size_t bytes) {
+  if (va == 0 || bytes == 0) return invalid("set_access: null address or zero size");
+  if (auto s = check_granular("set_access: address", va); !s) return s;
+  if (auto s = check_granular("set_access: size", bytes); !s) return s;
+  return do_set_access(va, bytes);
+}
+
+result<stream_handle> device::create_stream() {
+  return do_create_stream();
+}
+
+status device::destroy_stream(stream_handle stream) {
+  if (stream.native == nullptr) return invalid("destroy_stream: the default stream is not owned");
+  return do_destroy_stream(stream);
+}
+
+result<stream_handle> device::wrap_stream(void* native) {
+  return do_wrap_stream(native);
+}
+
+result<event_handle> device::create_event() {
+  return do_create_event();
+}
+
+status device::destroy_event(event_handle event) {
+  if (event.native == nullptr) return invalid("destroy_event: null event");
+  return do_destroy_event(event);
+}
+
+status device::record_event(event_handle event, stream_handle stream) {
+  if (event.native == nullptr) return invalid("record_event: null event");
+  return do_record_event(event, stream);
+}
+
+result<bool> device::query_event(event_handle event) {
+  if (event.native == nullptr) return invalid("query_event: null event");
+  return do_query_event(event);
+}
+
+status device::synchronize_event(event_handle event) {
+  if (event.native == nullptr) return invalid("synchronize_event: null event");
+  return do_synchronize_event(event);
+}
+
+status device::stream_wait_event(stream_handle stream, event_handle event) {
+  if (event.native == nullptr) return invalid("stream_wait_event: null event");
+  return do_stream_wait_event(stream, event);
+}
+
+status device::launch_host_fn(stream_handle stream, host_fn fn, void* arg) {
+  if (fn == nullptr) return invalid("launch_host_fn: null function");
+  return do_launch_host_fn(stream, fn, arg);
+}
+
+status device::synchronize_stream(stream_handle stream) {
+  return do_synchronize_stream(stream);
+}
+
+status device::synchronize() {
+  return do_synchronize();
+}
+
+status device::copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                          stream_handle stream) {
+  switch (direction) {
+    case copy_direction::host_to_device:
+    case copy_direction::device_to_host:
+    case copy_direction::device_to_device:
+      break;
+    default:
+      return unknown_direction();
+  }
+  if (bytes == 0) return {};
+  if (dst == nullptr || src == nullptr) return invalid("copy_async: null pointer");
+  return do_copy_async(dst, src, bytes, direction, stream);
+}
+
+result<void*> device::host_alloc(std::size_t bytes) {
+  if (bytes == 0) return invalid("host_alloc: size is 0");
+  return do_host_alloc(bytes);
+}
+
+status device::host_free(void* ptr) {
+  if (ptr == nullptr) return invalid("host_free: null pointer");
+  return do_host_free(ptr);
+}
+
+status device::host_register(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return invalid("host_register: null pointer or zero size");
+  return do_host_register(ptr, bytes);
+}
+
+status device::host_unregister(void* ptr) {
+  if (ptr == nullptr) return invalid("host_unregister: null pointer");
+  return do_host_unregister(ptr);
+}
+
+}  // namespace strata

@@ -1,0 +1,42 @@
+// Configuration of the simulated GPU, parsed from the key=value part of a
+// "sim:..." device spec. Every key is documented in docs/device.md.
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+#include "strata/error.hpp"
+
+namespace strata {
+
+/// Calls of the sim device that can be made to fail on purpose.
+enum class sim_fault : std::uint8_t { create_pages, map, copy, host_alloc };
+inline constexpr std::size_t sim_fault_count = 4;
+
+/// "Never fail".
+inline constexpr std::uint64_t sim_fault_never = std::numeric_limits<std::uint64_t>::max();
+
+struct sim_config {
+  std::uint64_t capacity = 80ULL << 30;    ///< Physical bytes, a granularity multiple.
+  std::uint64_t granularity = 2ULL << 20;  ///< Page size, a power of two >= 4 KiB.
+  double h2d_gbps = 0;                ///< Host-to-device copy rate in GB/s (1e9 B/s); 0 = instant.
+  double d2h_gbps = 0;                ///< Device-to-host copy rate; 0 = instant.
+  double d2d_gbps = 0;                ///< Device-to-device copy rate; 0 = instant.
+  std::uint64_t copy_latency_us = 0;  ///< Fixed cost added to every copy.
+  std::uint64_t op_delay_us = 0;      ///< Delay before every stream operation (a slow stream).
+  /// For each sim_fault: the number of calls that succeed before one fails
+  /// (once); sim_fault_never disables it.
+  std::array<std::uint64_t, sim_fault_count> fail_after{sim_fault_never, sim_fault_never,
+                                                        sim_fault_never, sim_fault_never};
+};
+
+/// Parses "key=value,..." (the text after "sim:"). Unknown keys and bad
+/// values are invalid_argument errors naming the key and the accepted values.
+result<sim_config> parse_sim_config(std::string_view text);
+
+}  // namespace strata

@@ -1,0 +1,97 @@
+// The simulated GPU: `device` over host memory (see sim_memory) and worker
+// threads (see sim_stream). Used by every test and by the CPU-only replay.
+//
+// What it models: capacity, granularity, VMM aliasing and access rules,
+// stream FIFO order, event order, cross-stream waits, asynchronous copies
+// with an optional bandwidth/latency model, pinned host memory bookkeeping,
+// and injected faults. What it does not model: the legacy default stream's
+// implicit synchronization with other streams (every sim stream, the default
+// one included, is independent), kernels, and sticky asynchronous errors
+// (an injected copy fault fails the `copy_async` call itself).
+//
+// Thread safety: as `device`; `arm_fault` may also be called concurrently.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "sim_config.hpp"
+#include "sim_memory.hpp"
+#include "sim_stream.hpp"
+#include "strata/device.hpp"
+
+namespace strata {
+
+class sim_device final : public device {
+ public:
+  /// Errors: device_error when the host refuses the memfd.
+  static result<std::unique_ptr<sim_device>> create(const sim_config& config);
+  ~sim_device() override;
+  sim_device(const sim_device&) = delete;
+  sim_device& operator=(const sim_device&) = delete;
+  sim_device(sim_device&&) = delete;
+  sim_device& operator=(sim_device&&) = delete;
+
+  /// Makes the call of kind `fault` that comes after `successes` more
+  /// successful calls fail, once (replaces any earlier setting).
+  void arm_fault(sim_fault fault, std::uint64_t successes);
+
+  [[nodiscard]] const sim_config& config() const noexcept { return config_; }
+
+ private:
+  sim_device(const sim_config& config, std::unique_ptr<sim_memory> memory);
+
+  [[nodiscard]] std::string do_name() const override;
+  result<memory_info> do_get_memory_info() override;
+  result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) override;
+  status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;
+  result<page_run> do_create_pages(std::size_t bytes) override;
+  status do_release_pages(page_run run) override;
+  status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) override;
+  status do_unmap(std::uintptr_t va, std::size_t bytes) override;
+  status do_set_access(std::uintptr_t va, std::size_t bytes) override;
+  result<stream_handle> do_create_stream() override;
+  status do_destroy_stream(stream_handle stream) override;
+  result<stream_handle> do_wrap_stream(void* native) override;
+  result<event_handle> do_create_event() override;
+  status do_destroy_event(event_handle event) override;
+  status do_record_event(event_handle event, stream_handle stream) override;
+  result<bool> do_query_event(event_handle event) override;
+  status do_synchronize_event(event_handle event) override;
+  status do_stream_wait_event(stream_handle stream, event_handle event) override;
+  status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) override;
+  status do_synchronize_stream(stream_handle stream) override;
+  status do_synchronize() override;
+  status do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                       stream_handle stream) override;
+  result<void*> do_host_alloc(std::size_t bytes) override;
+  status do_host_free(void* ptr) override;
+  status do_host_register(void* ptr, std::size_t bytes) override;
+  status do_host_unregister(void* ptr) override;
+
+  // The stream behind a handle; invalid_argument for an unknown one.
+  result<std::shared_ptr<sim_stream>> find_stream(stream_handle stream, const char* what);
+  result<std::shared_ptr<sim_event>> find_event(event_handle event, const char* what);
+  // Counts a call of kind `fault`; an error if this call is the one to fail.
+  status count_call(sim_fault fault, const char* what);
+  // Seconds a copy of `bytes` takes under the bandwidth/latency model.
+  [[nodiscard]] double copy_seconds(std::size_t bytes, copy_direction direction) const;
+
+  sim_config config_;
+  std::unique_ptr<sim_memory> memory_;
+  std::array<std::atomic<std::uint64_t>, sim_fault_count> calls_{};
+  std::array<std::atomic<std::uint64_t>, sim_fault_count> fail_at_{};
+
+  std::mutex mu_;  // guards the maps below
+  std::shared_ptr<sim_stream> default_stream_;
+  std::unordered_map<void*, std::shared_ptr<sim_stream>> streams_;
+  std::unordered_map<void*, std::shared_ptr<sim_event>> events_;
+  std::map<std::uintptr_t, std::size_t> host_allocs_;    // base -> bytes
+  std::map<std::uintptr_t, std::size_t> registrations_;  // base -> bytes
+};
+
+}  // namespace strata

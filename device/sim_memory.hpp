@@ -1,0 +1,93 @@
+// Physical and virtual memory of the simulated GPU.
+//
+// Physical memory is one memfd; a page run is a slice of it. Mapping is
+// mmap(MAP_SHARED | MAP_FIXED) of the slice into a reservation, so a slice
+// mapped at two addresses shows the same bytes, as VMM aliasing does on a
+// GPU. Reservations are PROT_NONE anonymous mappings; unmapping puts the
+// PROT_NONE placeholder back. A slice whose run is released and unmapped is
+// hole-punched, so untouched and freed pages cost no host memory.
+//
+// Invariants (under `mu_`):
+//   - `used_` = bytes of runs that are not yet both released and unmapped;
+//     `used_ <= capacity_`.
+//   - mappings inside one reservation never overlap; each counts once in its
+//     run's `mappings`.
+//   - free slices of the memfd never overlap and are coalesced.
+// Cost: every call takes `mu_` and does at most a few system calls.
+//
+// Thread safety: every member may be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "strata/device.hpp"
+
+namespace strata {
+
+class sim_memory {
+ public:
+  /// Creates the memfd. Errors: device_error when memfd_create fails.
+  static result<std::unique_ptr<sim_memory>> create(std::size_t capacity, std::size_t granularity);
+  sim_memory(const sim_memory&) = delete;
+  sim_memory& operator=(const sim_memory&) = delete;
+  sim_memory(sim_memory&&) = delete;
+  sim_memory& operator=(sim_memory&&) = delete;
+  ~sim_memory();
+
+  memory_info info();
+  result<std::uintptr_t> reserve(std::size_t bytes, std::size_t alignment);
+  status free_reservation(std::uintptr_t base, std::size_t bytes);
+  result<page_run> create_pages(std::size_t bytes);
+  status release_pages(page_run run);
+  status map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset);
+  status unmap(std::uintptr_t va, std::size_t bytes);
+  status set_access(std::uintptr_t va, std::size_t bytes);
+
+  /// invalid_argument unless [ptr, ptr+bytes) is mapped and accessible.
+  status check_accessible(const void* ptr, std::size_t bytes, const char* what);
+
+ private:
+  struct run_state {
+    std::uint64_t file_offset = 0;
+    std::size_t bytes = 0;
+    std::uint32_t mappings = 0;
+    bool released = false;
+  };
+  struct mapping {
+    std::size_t bytes = 0;
+    std::uint64_t run = 0;
+    bool accessible = false;
+  };
+  struct reservation {
+    std::size_t bytes = 0;
+    std::map<std::uintptr_t, mapping> mappings;  // by start address
+  };
+  using mapping_iter = std::map<std::uintptr_t, mapping>::iterator;
+
+  sim_memory(int fd, std::size_t capacity, std::size_t granularity);
+
+  reservation* find_reservation(std::uintptr_t va, std::size_t bytes);
+  // The mappings that exactly tile [va, va+bytes), or end() when they do not.
+  std::pair<mapping_iter, mapping_iter> whole_mappings(reservation& r, std::uintptr_t va,
+                                                       std::size_t bytes);
+  void drop_mapping_ref(std::uint64_t run_id);
+  void free_slice(std::uint64_t offset, std::size_t bytes);
+
+  std::mutex mu_;
+  int fd_;
+  std::size_t capacity_;
+  std::size_t granularity_;
+  std::size_t used_ = 0;
+  std::uint64_t file_size_ = 0;
+  std::uint64_t next_run_id_ = 1;
+  std::map<std::uint64_t, std::size_t> free_slices_;  // file offset -> bytes
+  std::unordered_map<std::uint64_t, run_state> runs_;
+  std::map<std::uintptr_t, reservation> reservations_;  // by base address
+};
+
+}  // namespace strata

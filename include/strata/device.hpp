@@ -1,0 +1,252 @@
+// The device layer: the only code in Strata that talks to a GPU driver.
+//
+// One interface, two implementations:
+//   - `sim`:  a GPU emulated in host memory (memfd pages, mmap reservations,
+//             one worker thread per stream). Every test runs on it.
+//   - `cuda`: the CUDA driver API, loaded at run time with dlopen; the driver
+//             is never linked.
+// Pick one with `open_device(spec)`; docs/device.md lists every spec key.
+//
+// Model (the CUDA virtual memory management model):
+//   - A *reservation* is a range of virtual addresses with nothing behind it.
+//   - A *page run* is physical memory, a multiple of `granularity()` bytes.
+//   - `map` puts (part of) a page run behind (part of) a reservation; the
+//     mapping is inaccessible until `set_access`. `unmap` must cover whole
+//     earlier mappings. One page run may be mapped at several addresses: they
+//     alias the same bytes.
+//   - Physical memory counts against capacity from `create_pages` until the
+//     run is released *and* its last mapping is gone.
+//   - Streams run work in FIFO order; events mark a point in a stream; a
+//     stream can wait on an event recorded on another stream.
+//
+// Errors: every fallible call returns `status`/`result<T>`; nothing aborts.
+// Common argument checks (zero sizes, granularity multiples, null pointers)
+// are done once here in the non-virtual public calls, before the
+// implementation sees the call.
+//
+// Thread safety: every member function of `device` may be called
+// concurrently from any thread. Handles (streams, events, page runs) may be
+// shared between threads; destroying a handle while another thread still
+// uses it is the caller's error, as in CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "strata/error.hpp"
+#include "strata/export.hpp"
+
+namespace strata {
+
+/// A stream: the device's own (from `create_stream`) or a caller's (from
+/// `wrap_stream`). For `cuda` `native` is the CUstream; a null `native` is
+/// the default (legacy) stream on both devices.
+struct stream_handle {
+  void* native = nullptr;
+  friend bool operator==(stream_handle, stream_handle) = default;
+};
+
+/// An event created by `create_event`.
+struct event_handle {
+  void* native = nullptr;
+  friend bool operator==(event_handle, event_handle) = default;
+};
+
+/// Physical memory from `create_pages`: `bytes` is a multiple of the
+/// granularity; `id` is the driver's handle (CUmemGenericAllocationHandle).
+struct page_run {
+  std::uint64_t id = 0;
+  std::size_t bytes = 0;
+  friend bool operator==(page_run, page_run) = default;
+};
+
+/// Total and free physical device memory, in bytes.
+struct memory_info {
+  std::size_t total = 0;
+  std::size_t free = 0;
+};
+
+enum class copy_direction { host_to_device, device_to_host, device_to_device };
+
+/// A host function run in stream order (see `launch_host_fn`). It must not
+/// call into the device.
+using host_fn = void (*)(void* arg);
+
+/// A GPU, real or simulated. Create with `open_device`.
+class STRATA_API device {
+ public:
+  device() = default;
+  device(const device&) = delete;
+  device& operator=(const device&) = delete;
+  device(device&&) = delete;
+  device& operator=(device&&) = delete;
+  /// Drains and destroys the device's own streams, then releases every
+  /// reservation, mapping, page run, event and pinned buffer still held.
+  virtual ~device();
+
+  /// Short description, e.g. "sim (capacity 80 GiB, granularity 2 MiB)" or
+  /// "cuda:0 (NVIDIA H100 80GB HBM3)".
+  [[nodiscard]] std::string name() const { return do_name(); }
+
+  /// Size and alignment unit of page runs and mappings, in bytes (a power of
+  /// two; 2 MiB on current GPUs).
+  [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+
+  /// Total and currently free physical memory of the device.
+  result<memory_info> get_memory_info() { return do_get_memory_info(); }
+
+  // --- virtual address ranges -------------------------------------------
+
+  /// Reserves `bytes` (a multiple of the granularity) of virtual addresses,
+  /// aligned to `alignment` (0 = granularity; else a power of two). Returns
+  /// the base address. Errors: invalid_argument, out_of_memory.
+  result<std::uintptr_t> reserve(std::size_t bytes, std::size_t alignment = 0);
+
+  /// Frees a whole reservation made by `reserve`. Refused (invalid_argument)
+  /// while any part of it is still mapped, or if (base, bytes) is not exactly
+  /// one reservation.
+  status free_reservation(std::uintptr_t base, std::size_t bytes);
+
+  // --- physical pages -----------------------------------------------------
+
+  /// Creates `bytes` (a multiple of the granularity) of physical memory.
+  /// Errors: out_of_memory when the device has no room (state unchanged).
+  result<page_run> create_pages(std::size_t bytes);
+
+  /// Releases a page run. Its memory returns to the device once its last
+  /// mapping is gone (immediately when it is not mapped).
+  status release_pages(page_run run);
+
+  /// Maps `bytes` of `run`, starting `offset` bytes into it, at `va`. `va`,
+  /// `bytes` and `offset` are granularity multiples; [va, va+bytes) lies in
+  /// one reservation and overlaps no mapping. The range is inaccessible
+  /// until `set_access`.
+  status map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset);
+
+  /// Unmaps [va, va+bytes), which must consist of whole earlier mappings.
+  /// Does not synchronize: the caller must know no queued work touches it.
+  status unmap(std::uintptr_t va, std::size_t bytes);
+
+  /// Makes mapped [va, va+bytes) readable and writable by the device (and,
+  /// on `sim`, by the host). Needed after every `map`.
+  status set_access(std::uintptr_t va, std::size_t bytes);
+
+  // --- streams and events -------------------------------------------------
+
+  /// Creates a stream owned by the device (non-blocking with respect to the
+  /// legacy default stream on `cuda`).
+  result<stream_handle> create_stream();
+
+  /// Destroys a stream made by `create_stream`. Work already queued on it
+  /// still runs to completion; `sim` waits for it here. Wrapped streams and
+  /// the default stream are refused (invalid_argument).
+  status destroy_stream(stream_handle stream);
+
+  /// Wraps a caller's native stream handle without taking ownership. On
+  /// `sim` the handle must come from this device's `create_stream` (or be
+  /// null, the default stream); on `cuda` any CUstream is accepted.
+  result<stream_handle> wrap_stream(void* native);
+
+  /// Creates an event (without timing). An event never recorded counts as
+  /// complete, as in CUDA.
+  result<event_handle> create_event();
+  status destroy_event(event_handle event);
+
+  /// Marks the current end of `stream`'s queue. Recording again moves the
+  /// mark; `query_event` and waits use the latest record.
+  status record_event(event_handle event, stream_handle stream);
+
+  /// True when the work before the latest record has finished. Never blocks.
+  result<bool> query_event(event_handle event);
+
+  /// Blocks until the work before the latest record has finished.
+  status synchronize_event(event_handle event);
+
+  /// Work queued on `stream` after this call waits until the work before
+  /// `event`'s latest record (at the time of this call) has finished.
+  status stream_wait_event(stream_handle stream, event_handle event);
+
+  /// Runs `fn(arg)` on a driver thread once all earlier work on `stream` is
+  /// done; later work on the stream waits for it to return.
+  status launch_host_fn(stream_handle stream, host_fn fn, void* arg);
+
+  /// Blocks until all work queued on `stream` has finished.
+  status synchronize_stream(stream_handle stream);
+
+  /// Blocks until all work on every stream of the device has finished.
+  status synchronize();
+
+  // --- copies -------------------------------------------------------------
+
+  /// Copies `bytes` from `src` to `dst` in `stream` order. Device pointers
+  /// must lie in mapped, accessible memory; host pointers may be pageable or
+  /// pinned. `bytes == 0` is a no-op. The caller keeps both buffers alive and
+  /// untouched until the copy has finished.
+  status copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+                    stream_handle stream);
+
+  // --- pinned host memory -------------------------------------------------
+
+  /// Allocates `bytes` of page-locked host memory (at least 4 KiB aligned).
+  result<void*> host_alloc(std::size_t bytes);
+  /// Frees memory from `host_alloc`; any other pointer is invalid_argument.
+  status host_free(void* ptr);
+  /// Page-locks existing host memory [ptr, ptr+bytes) for fast copies.
+  /// Overlapping an existing registration is invalid_argument.
+  status host_register(void* ptr, std::size_t bytes);
+  /// Undoes `host_register(ptr, ...)`.
+  status host_unregister(void* ptr);
+
+ protected:
+  /// Implementations set the granularity once, in their constructor.
+  void set_granularity(std::size_t bytes) noexcept { granularity_ = bytes; }
+
+ private:
+  [[nodiscard]] virtual std::string do_name() const = 0;
+  virtual result<memory_info> do_get_memory_info() = 0;
+  virtual result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) = 0;
+  virtual status do_free_reservation(std::uintptr_t base, std::size_t bytes) = 0;
+  virtual result<page_run> do_create_pages(std::size_t bytes) = 0;
+  virtual status do_release_pages(page_run run) = 0;
+  virtual status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) = 0;
+  virtual status do_unmap(std::uintptr_t va, std::size_t bytes) = 0;
+  virtual status do_set_access(std::uintptr_t va, std::size_t bytes) = 0;
+  virtual result<stream_handle> do_create_stream() = 0;
+  virtual status do_destroy_stream(stream_handle stream) = 0;
+  virtual result<stream_handle> do_wrap_stream(void* native) = 0;
+  virtual result<event_handle> do_create_event() = 0;
+  virtual status do_destroy_event(event_handle event) = 0;
+  virtual status do_record_event(event_handle event, stream_handle stream) = 0;
+  virtual result<bool> do_query_event(event_handle event) = 0;
+  virtual status do_synchronize_event(event_handle event) = 0;
+  virtual status do_stream_wait_event(stream_handle stream, event_handle event) = 0;
+  virtual status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) = 0;
+  virtual status do_synchronize_stream(stream_handle stream) = 0;
+  virtual status do_synchronize() = 0;
+  virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
+                               copy_direction direction, stream_handle stream) = 0;
+  virtual result<void*> do_host_alloc(std::size_t bytes) = 0;
+  virtual status do_host_free(void* ptr) = 0;
+  virtual status do_host_register(void* ptr, std::size_t bytes) = 0;
+  virtual status do_host_unregister(void* ptr) = 0;
+
+  [[nodiscard]] status check_granular(const char* what, std::size_t value) const;
+
+  std::size_t granularity_ = 0;
+};
+
+/// Opens a device from a spec string:
+///   "sim[:key=value,...]"  the simulated GPU (keys in docs/device.md)
+///   "cuda[:N]"             CUDA device N (default 0), driver loaded at run time
+///   "auto"                 cuda:0 when a driver and a device exist; otherwise
+///                          an error naming the `sim` option (no silent fallback)
+/// Errors: invalid_argument (malformed spec, unknown key or bad value, named
+/// in the message), no_driver, no_device, not_supported (built without the
+/// CUDA toolkit), device_error.
+/// Thread safety: may be called concurrently.
+STRATA_API result<std::unique_ptr<device>> open_device(std::string_view spec);
+
+}  // namespace strata

@@ -1,0 +1,99 @@
+// Error reporting for every Strata call: an error code plus a message.
+//
+// Nothing in Strata aborts the process on bad input or a failing device call;
+// every fallible call returns a `status` or a `result<T>`. A success costs no
+// heap allocation (the message string stays empty); an error allocates its
+// message once.
+//
+// Thread safety: `status` and `result<T>` are plain values. Distinct objects
+// may be used from different threads; one object is not synchronized.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "strata/export.hpp"
+
+namespace strata {
+
+/// What went wrong. The numeric values are stable: the C API returns them.
+enum class errc : int {
+  ok = 0,
+  invalid_argument = 1,  ///< A caller error: bad size, alignment, handle, spec.
+  out_of_memory = 2,     ///< The device (or a host pool) has no room.
+  not_supported = 3,     ///< The build or the device lacks the feature.
+  no_driver = 4,         ///< No CUDA driver library could be loaded.
+  no_device = 5,         ///< A driver loaded but the requested device is absent.
+  device_error = 6,      ///< A device call failed for another reason.
+  injected_fault = 7,    ///< A failure injected by the sim device's configuration.
+};
+
+/// The name of a code, e.g. "out_of_memory". Never null.
+/// Thread safety: may be called concurrently.
+STRATA_API const char* errc_name(errc code) noexcept;
+
+/// Success, or an error code with a human-readable message.
+class [[nodiscard]] STRATA_API status {
+ public:
+  /// Success.
+  status() noexcept = default;
+  /// An error. `code` must not be `errc::ok`.
+  status(errc code, std::string message) : code_(code), message_(std::move(message)) {
+    assert(code != errc::ok);
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return code_ == errc::ok; }
+  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] errc code() const noexcept { return code_; }
+  /// Empty on success.
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  /// "code_name: message", or "ok".
+  [[nodiscard]] std::string to_string() const;
+
+ private:
+  errc code_ = errc::ok;
+  std::string message_;
+};
+
+/// A value of type T, or the error that prevented it.
+template <class T>
+class [[nodiscard]] result {
+ public:
+  result(T value) : value_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
+  result(status error) : status_(std::move(error)) {  // NOLINT(google-explicit-constructor)
+    assert(!status_.ok());
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return status_.ok(); }
+  explicit operator bool() const noexcept { return ok(); }
+  /// The error; `ok()` when a value is held.
+  [[nodiscard]] const status& error() const noexcept { return status_; }
+  [[nodiscard]] errc code() const noexcept { return status_.code(); }
+
+  /// The value. Precondition: `ok()`.
+  [[nodiscard]] T& value() & {
+    assert(ok());
+    return *value_;
+  }
+  [[nodiscard]] const T& value() const& {
+    assert(ok());
+    return *value_;
+  }
+  [[nodiscard]] T&& value() && {
+    assert(ok());
+    return std::move(*value_);
+  }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::optional<T> value_;
+  status status_;
+};
+
+}  // namespace strata
