@@ -203,8 +203,8 @@ status cuda_device::do_destroy_stream(stream_handle stream) {
   return {};
 }
 
-result<stream_handle> cuda_device::do_wrap_stream(void* handle) {
-  return stream_handle{handle};
+result<stream_handle> cuda_device::do_wrap_stream(void* native) {
+  return stream_handle{native};
 }
 
 result<event_handle> cuda_device::do_create_event() {

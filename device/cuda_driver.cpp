@@ -82,19 +82,21 @@ result<cuda_driver> load() {
   // not support being unloaded while contexts exist.
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    const char* why = dlerror();
+    const char* why = dlerror();  // NOLINT(concurrency-mt-unsafe): no thread-safe form exists
     return status{errc::no_driver, std::string("no CUDA driver (libcuda.so.1 not found") +
                                        (why != nullptr ? std::string(": ") + why : "") + ")"};
   }
   cuda_driver d;
   if (auto s = resolve(lib, d); !s) return s;
+  // resolve() succeeded, so every entry point below is set.
   int version = 0;
+  // NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage)
   if (d.driver_get_version(&version) == CUDA_SUCCESS && version < abi_version) {
     return status{errc::device_error, "CUDA driver version " + std::to_string(version / 1000) +
                                           "." + std::to_string(version % 1000 / 10) +
                                           " is older than 12.0, which Strata needs"};
   }
-  const CUresult r = d.init(0);
+  const CUresult r = d.init(0);  // NOLINT(clang-analyzer-core.CallAndMessage)
   if (r == CUDA_ERROR_NO_DEVICE) {
     return status{errc::no_device, "CUDA driver loaded, but it reports no CUDA device"};
   }

@@ -126,7 +126,7 @@ result<double> parse_rate(std::string_view key, std::string_view text) {
 std::string format_bytes(std::uint64_t bytes) {
   constexpr std::array<std::string_view, 5> names{"B", "KiB", "MiB", "GiB", "TiB"};
   std::size_t i = 0;
-  double value = static_cast<double>(bytes);
+  auto value = static_cast<double>(bytes);
   while (value >= 1024.0 && i + 1 < names.size()) {
     value /= 1024.0;
     ++i;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <system_error>
 
 #include "option_list.hpp"
 
@@ -21,7 +22,7 @@ status invalid(std::string message) {
 
 status sys_error(const char* call) {
   return {errc::device_error,
-          std::string("sim device: ") + call + " failed: " + std::strerror(errno)};
+          std::string("sim device: ") + call + " failed: " + std::system_category().message(errno)};
 }
 
 std::string range_text(std::uintptr_t va, std::size_t bytes) {
@@ -63,8 +64,9 @@ result<std::uintptr_t> sim_memory::reserve(std::size_t bytes, std::size_t alignm
   const std::size_t padded = bytes + alignment;
   void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
-    return status{errc::out_of_memory, "sim device: cannot reserve " + format_bytes(bytes) +
-                                           " of address space: " + std::strerror(errno)};
+    return status{errc::out_of_memory,
+                  "sim device: cannot reserve " + format_bytes(bytes) +
+                      " of address space: " + std::system_category().message(errno)};
   }
   const auto start = reinterpret_cast<std::uintptr_t>(raw);
   const std::uintptr_t base = (start + alignment - 1) & ~(alignment - 1);

@@ -73,8 +73,8 @@ class sim_memory {
 
   reservation* find_reservation(std::uintptr_t va, std::size_t bytes);
   // The mappings that exactly tile [va, va+bytes), or end() when they do not.
-  std::pair<mapping_iter, mapping_iter> whole_mappings(reservation& r, std::uintptr_t va,
-                                                       std::size_t bytes);
+  static std::pair<mapping_iter, mapping_iter> whole_mappings(reservation& r, std::uintptr_t va,
+                                                              std::size_t bytes);
   void drop_mapping_ref(std::uint64_t run_id);
   void free_slice(std::uint64_t offset, std::size_t bytes);
 

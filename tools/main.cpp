@@ -1,10 +1,12 @@
 // The `strata` command line.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <string>
 
 #include "demo_command.hpp"
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   CLI::App app{"strata: a caching GPU memory allocator with offload tiers"};
   app.set_version_flag("--version", STRATA_VERSION);
   app.require_subcommand(1);
@@ -19,4 +21,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*demo) return strata::run_demo(spec);
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "strata: %s\n", e.what());
+  return 1;
 }
