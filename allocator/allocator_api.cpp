@@ -1,0 +1,58 @@
+// The C++ API (strata.hpp) over caching_allocator.
+#include "caching_allocator.hpp"
+#include "strata/strata.hpp"
+
+namespace strata {
+
+namespace {
+
+template <class T>
+T take(result<T> r) {
+  if (!r) throw error(r.error());
+  return std::move(*r);
+}
+
+void check(const status& s) {
+  if (!s) throw error(s);
+}
+
+}  // namespace
+
+allocator::allocator(const allocator_options& options)
+    : impl_(take(caching_allocator::create(options))) {}
+
+allocator allocator::from_conf(std::string_view conf) {
+  return allocator(take(parse_allocator_conf(conf)));
+}
+
+allocator allocator::from_env() { return allocator(take(allocator_options_from_env())); }
+
+allocator::allocator(allocator&&) noexcept = default;
+allocator& allocator::operator=(allocator&&) noexcept = default;
+allocator::~allocator() = default;
+
+caching_allocator& allocator::impl() const {
+  if (impl_ == nullptr) throw error({errc::invalid_argument, "allocator was moved from"});
+  return *impl_;
+}
+
+void* allocator::malloc(std::size_t bytes) { return take(impl().malloc(bytes)); }
+void allocator::free(void* ptr) { check(impl().free(ptr)); }
+void* allocator::malloc_async(std::size_t bytes, void* stream) {
+  return take(impl().malloc_async(bytes, stream));
+}
+void allocator::free_async(void* ptr, void* stream) { check(impl().free_async(ptr, stream)); }
+void allocator::record_stream(void* ptr, void* stream) {
+  check(impl().record_stream(ptr, stream));
+}
+void allocator::empty_cache() { check(impl().empty_cache()); }
+void allocator::trim(std::size_t keep_bytes) { check(impl().trim(keep_bytes)); }
+void allocator::set_memory_fraction(double fraction) {
+  check(impl().set_memory_fraction(fraction));
+}
+stat_map allocator::stats() const { return impl().stats().to_map(); }
+void allocator::reset_peak_stats() { impl().reset_peak_stats(); }
+std::string allocator::memory_summary() const { return impl().memory_summary(); }
+std::string allocator::snapshot_json() const { return impl().snapshot_json(); }
+
+}  // namespace strata

@@ -1,0 +1,117 @@
+#include "strata/allocator_options.hpp"
+
+#include <cstdlib>
+#include <vector>
+
+#include "option_list.hpp"
+
+namespace strata {
+
+namespace {
+
+constexpr std::string_view accepted_keys =
+    "device, release_threshold, small_size, memory_fraction, wait_before_grow";
+
+status invalid(std::string message) { return {errc::invalid_argument, std::move(message)}; }
+
+struct conf_item {
+  std::string_view key;
+  std::string value;
+};
+
+// Splits STRATA_CONF into key:value items, gluing key=value items onto a
+// preceding device spec.
+result<std::vector<conf_item>> split_conf(std::string_view text) {
+  std::vector<conf_item> items;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    text = comma == std::string_view::npos ? "" : text.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty()) return invalid("STRATA_CONF: empty item (two commas in a row?)");
+    const auto colon = item.find(':');
+    const auto equals = item.find('=');
+    if (equals < colon) {
+      if (items.empty() || items.back().key != "device") {
+        return invalid("STRATA_CONF: '" + std::string(item) +
+                       "' is not of the form key:value (key=value items belong to a device spec)");
+      }
+      items.back().value += "," + std::string(item);
+      continue;
+    }
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == item.size()) {
+      return invalid("STRATA_CONF: '" + std::string(item) + "' is not of the form key:value");
+    }
+    const std::string_view key = item.substr(0, colon);
+    for (const auto& seen : items) {
+      if (seen.key == key) return invalid("STRATA_CONF: key '" + std::string(key) + "' given twice");
+    }
+    items.push_back({key, std::string(item.substr(colon + 1))});
+  }
+  return items;
+}
+
+status apply(allocator_options& o, const conf_item& item) {
+  if (item.key == "device") {
+    o.device = item.value;
+    return {};
+  }
+  if (item.key == "release_threshold") {
+    if (item.value == "none") {
+      o.release_threshold = std::numeric_limits<std::uint64_t>::max();
+      return {};
+    }
+    auto v = parse_byte_size(item.key, item.value);
+    if (!v) return invalid(v.error().message() + " or 'none'");
+    o.release_threshold = *v;
+    return {};
+  }
+  if (item.key == "small_size") {
+    auto v = parse_byte_size(item.key, item.value);
+    if (!v) return v.error();
+    if (*v < 512 || *v > (64ULL << 20)) {
+      return invalid("bad value '" + item.value + "' for 'small_size': expected 512B to 64MiB");
+    }
+    o.small_size = *v;
+    return {};
+  }
+  if (item.key == "memory_fraction") {
+    auto v = parse_rate(item.key, item.value);
+    if (!v || *v <= 0.0 || *v > 1.0) {
+      return invalid("bad value '" + item.value +
+                     "' for 'memory_fraction': expected a number in (0, 1]");
+    }
+    o.memory_fraction = *v;
+    return {};
+  }
+  if (item.key == "wait_before_grow") {
+    if (item.value != "true" && item.value != "false") {
+      return invalid("bad value '" + item.value +
+                     "' for 'wait_before_grow': expected true or false");
+    }
+    o.wait_before_grow = item.value == "true";
+    return {};
+  }
+  return invalid("STRATA_CONF: unknown key '" + std::string(item.key) +
+                 "'; accepted keys: " + std::string(accepted_keys));
+}
+
+}  // namespace
+
+result<allocator_options> parse_allocator_conf(std::string_view text,
+                                               allocator_options defaults) {
+  auto items = split_conf(text);
+  if (!items) return items.error();
+  for (const auto& item : *items) {
+    if (auto s = apply(defaults, item); !s) return s;
+  }
+  return defaults;
+}
+
+result<allocator_options> allocator_options_from_env() {
+  const char* env = std::getenv("STRATA_CONF");  // NOLINT(concurrency-mt-unsafe): read-only
+  return parse_allocator_conf(env != nullptr ? env : "");
+}
+
+}  // namespace strata

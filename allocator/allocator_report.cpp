@@ -1,0 +1,168 @@
+// memory_summary() and snapshot_json(): what the allocator holds, for people
+// and for tools.
+#include <cinttypes>
+#include <cstdio>
+#include <sstream>
+
+#include "caching_allocator.hpp"
+#include "option_list.hpp"
+
+namespace strata {
+
+namespace {
+
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string hex(std::uintptr_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "\"0x%" PRIxPTR "\"", v);
+  return buf;
+}
+
+const char* state_name(block_state s) {
+  switch (s) {
+    case block_state::free: return "free";
+    case block_state::allocated: return "allocated";
+    case block_state::pending: return "pending_free";
+  }
+  return "?";
+}
+
+std::string cell(std::int64_t v, bool bytes) {
+  char buf[16];
+  if (!bytes) {
+    std::snprintf(buf, sizeof buf, "%10" PRId64, v);
+    return buf;
+  }
+  return format_bytes(static_cast<std::uint64_t>(v < 0 ? 0 : v));
+}
+
+}  // namespace
+
+std::string caching_allocator::memory_summary() {
+  std::lock_guard lock(mu_);
+  refresh_derived_stats();
+  return summary_locked();
+}
+
+std::string caching_allocator::summary_locked() {
+  std::ostringstream o;
+  const std::string rule(79, '-');
+  const std::string thick(79, '=');
+  char line[128];
+  o << '|' << thick.substr(2) << "|\n";
+  std::snprintf(line, sizeof line, "| %-75s |\n",
+                ("Strata memory summary, " + dev_->name()).substr(0, 75).c_str());
+  o << line;
+  o << '|' << rule.substr(2) << "|\n";
+  std::snprintf(line, sizeof line, "| %-36s | %-36s |\n",
+                ("OOMs: " + std::to_string(stats_.num_ooms)).c_str(),
+                ("allocation retries: " + std::to_string(stats_.num_alloc_retries)).c_str());
+  o << line << '|' << thick.substr(2) << "|\n";
+  std::snprintf(line, sizeof line, "| %-21s | %-10s | %-10s | %-10s | %-10s |\n", "Metric",
+                "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
+  o << line;
+  struct row {
+    const char* name;
+    const stat_array* stat;
+    bool bytes;
+  };
+  const row rows[] = {{"Allocated memory", &stats_.allocated_bytes, true},
+                      {"Active memory", &stats_.active_bytes, true},
+                      {"Requested memory", &stats_.requested_bytes, true},
+                      {"GPU reserved memory", &stats_.reserved_bytes, true},
+                      {"Non-releasable memory", &stats_.inactive_split_bytes, true},
+                      {"Allocations", &stats_.allocation, false},
+                      {"Active allocs", &stats_.active, false},
+                      {"GPU reserved pages", &stats_.segment, false},
+                      {"Non-releasable allocs", &stats_.inactive_split, false}};
+  for (const row& r : rows) {
+    o << '|' << rule.substr(2) << "|\n";
+    const char* labels[] = {r.name, "      from large pool", "      from small pool"};
+    const stat_pool pools[] = {pool_all, pool_large, pool_small};
+    for (int i = 0; i < 3; ++i) {
+      const stat& s = (*r.stat)[pools[i]];
+      std::snprintf(line, sizeof line, "| %-21s | %10s | %10s | %10s | %10s |\n", labels[i],
+                    cell(s.current, r.bytes).c_str(), cell(s.peak, r.bytes).c_str(),
+                    cell(s.allocated, r.bytes).c_str(), cell(s.freed, r.bytes).c_str());
+      o << line;
+    }
+  }
+  o << '|' << rule.substr(2) << "|\n";
+  std::snprintf(line, sizeof line, "| %-36s | %-36s |\n",
+                ("Device syncs for frees: " + std::to_string(stats_.num_sync_all_streams)).c_str(),
+                ("Page creates/releases: " + std::to_string(stats_.num_device_alloc) + "/" +
+                 std::to_string(stats_.num_device_free))
+                    .c_str());
+  o << line << '|' << thick.substr(2) << "|\n";
+  return o.str();
+}
+
+std::string caching_allocator::snapshot_json() {
+  std::lock_guard lock(mu_);
+  refresh_derived_stats();
+  std::ostringstream o;
+  o << "{\"device\":" << quoted(dev_->name()) << ",\"granularity\":" << granularity_
+    << ",\"limit_bytes\":" << limit_ << ",\"held_pages\":" << held_pages_
+    << ",\"idle_pool_pages\":" << idle_pages_.size() << ",\"arenas\":[";
+  bool first_arena = true;
+  for (const stream_arena* ca : arenas_) {
+    auto& a = const_cast<stream_arena&>(*ca);
+    o << (first_arena ? "" : ",") << "{\"stream\":" << hex(reinterpret_cast<std::uintptr_t>(a.stream().native))
+      << ",\"pool\":\"" << (a.kind() == pool_kind::small ? "small" : "large")
+      << "\",\"base\":" << hex(a.base()) << ",\"bytes\":" << a.bytes()
+      << ",\"mapped_pages\":[";
+    first_arena = false;
+    bool first = true;
+    for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {
+      std::size_t j = i;
+      while (j + 1 < a.page_count() && a.is_mapped(j + 1)) ++j;
+      o << (first ? "" : ",") << "{\"first\":" << i << ",\"count\":" << (j - i + 1) << "}";
+      first = false;
+      i = a.next_mapped(j + 1, a.page_count());
+    }
+    o << "],\"blocks\":[";
+    first = true;
+    for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
+      const block_info& b = it->second;
+      o << (first ? "" : ",") << "{\"address\":" << hex(it->first) << ",\"size\":" << b.size
+        << ",\"state\":\"" << state_name(b.state) << "\"";
+      if (b.state != block_state::free) o << ",\"requested\":" << b.requested;
+      const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
+                          ? a.slab_at(a.page_of(it->first))
+                          : nullptr;
+      if (s != nullptr) {
+        o << ",\"slab\":{\"object_size\":" << s->object_size << ",\"objects\":" << s->capacity
+          << ",\"free\":" << s->free_count << "}";
+      }
+      o << "}";
+      first = false;
+    }
+    o << "]}";
+  }
+  o << "],\"stats\":{";
+  bool first = true;
+  for (const auto& [name, value] : stats_.to_map()) {
+    o << (first ? "" : ",") << quoted(name) << ":" << value;
+    first = false;
+  }
+  o << "}}";
+  return o.str();
+}
+
+}  // namespace strata

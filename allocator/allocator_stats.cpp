@@ -1,0 +1,51 @@
+#include "allocator_stats.hpp"
+
+#include <utility>
+
+namespace strata {
+
+namespace {
+
+template <class Fn>
+void for_each_array(const allocator_stats& s, Fn fn) {
+  fn("allocation", s.allocation);
+  fn("segment", s.segment);
+  fn("active", s.active);
+  fn("inactive_split", s.inactive_split);
+  fn("allocated_bytes", s.allocated_bytes);
+  fn("reserved_bytes", s.reserved_bytes);
+  fn("active_bytes", s.active_bytes);
+  fn("inactive_split_bytes", s.inactive_split_bytes);
+  fn("requested_bytes", s.requested_bytes);
+}
+
+}  // namespace
+
+void allocator_stats::reset_peaks() noexcept {
+  for (stat_array* a : {&allocation, &segment, &active, &inactive_split, &allocated_bytes,
+                        &reserved_bytes, &active_bytes, &inactive_split_bytes, &requested_bytes}) {
+    for (auto& st : a->pools) st.peak = st.current;
+  }
+}
+
+std::map<std::string, std::int64_t> allocator_stats::to_map() const {
+  std::map<std::string, std::int64_t> out;
+  constexpr std::array<const char*, 3> pools{"all", "small_pool", "large_pool"};
+  for_each_array(*this, [&](const char* name, const stat_array& a) {
+    for (std::size_t p = 0; p < pools.size(); ++p) {
+      const std::string prefix = std::string(name) + "." + pools[p] + ".";
+      out[prefix + "current"] = a.pools[p].current;
+      out[prefix + "peak"] = a.pools[p].peak;
+      out[prefix + "allocated"] = a.pools[p].allocated;
+      out[prefix + "freed"] = a.pools[p].freed;
+    }
+  });
+  out["num_alloc_retries"] = num_alloc_retries;
+  out["num_ooms"] = num_ooms;
+  out["num_sync_all_streams"] = num_sync_all_streams;
+  out["num_device_alloc"] = num_device_alloc;
+  out["num_device_free"] = num_device_free;
+  return out;
+}
+
+}  // namespace strata

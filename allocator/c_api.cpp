@@ -1,0 +1,180 @@
+// The C API (strata.h) over caching_allocator.
+//
+// A handle is a small slot that outlives its allocator: destroy empties the
+// slot (and keeps its 8 bytes), so later calls with the handle are reported
+// as errors instead of touching freed memory.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "caching_allocator.hpp"
+#include "strata/strata.h"
+
+struct strata_allocator {
+  std::atomic<strata::caching_allocator*> impl{nullptr};
+};
+
+namespace {
+
+thread_local std::string last_error;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
+
+strata_status fail(const strata::status& s) {
+  last_error = s.message();
+  return static_cast<strata_status>(s.code());
+}
+
+strata_status fail(strata::errc code, const char* message) {
+  last_error = message;
+  return static_cast<strata_status>(code);
+}
+
+strata::caching_allocator* get(strata_allocator* a) {
+  return a == nullptr ? nullptr : a->impl.load(std::memory_order_acquire);
+}
+
+strata_status no_allocator(strata_allocator* a) {
+  return fail(strata::errc::invalid_argument,
+              a == nullptr ? "null allocator handle" : "the allocator was destroyed");
+}
+
+strata_status to_c(const strata::status& s) { return s.ok() ? STRATA_OK : fail(s); }
+
+strata_status copy_out(const std::string& text, char** out) {
+  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  auto* buf = static_cast<char*>(std::malloc(text.size() + 1));  // NOLINT: C ownership
+  if (buf == nullptr) return fail(strata::errc::out_of_memory, "host out of memory");
+  std::memcpy(buf, text.c_str(), text.size() + 1);
+  *out = buf;
+  return STRATA_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* strata_error_string(strata_status code) {
+  return strata::errc_name(static_cast<strata::errc>(code));
+}
+
+const char* strata_last_error_message(void) { return last_error.c_str(); }
+
+strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
+  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  auto options =
+      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  if (!options) return fail(options.error());
+  auto made = strata::caching_allocator::create(*options);
+  if (!made) return fail(made.error());
+  auto* handle = new strata_allocator;  // NOLINT(cppcoreguidelines-owning-memory): see above
+  handle->impl.store(made->release(), std::memory_order_release);
+  *out = handle;
+  return STRATA_OK;
+}
+
+strata_status strata_allocator_destroy(strata_allocator* a) {
+  if (a == nullptr) return no_allocator(a);
+  strata::caching_allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
+  if (impl == nullptr) return no_allocator(a);
+  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  return STRATA_OK;
+}
+
+strata_status strata_malloc(strata_allocator* a, size_t size, void** out) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  auto p = impl->malloc(size);
+  if (!p) return fail(p.error());
+  *out = *p;
+  return STRATA_OK;
+}
+
+strata_status strata_free(strata_allocator* a, void* ptr) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->free(ptr)) : no_allocator(a);
+}
+
+strata_status strata_malloc_async(strata_allocator* a, size_t size, void* stream, void** out) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  auto p = impl->malloc_async(size, stream);
+  if (!p) return fail(p.error());
+  *out = *p;
+  return STRATA_OK;
+}
+
+strata_status strata_free_async(strata_allocator* a, void* ptr, void* stream) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->free_async(ptr, stream)) : no_allocator(a);
+}
+
+strata_status strata_record_stream(strata_allocator* a, void* ptr, void* stream) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->record_stream(ptr, stream)) : no_allocator(a);
+}
+
+strata_status strata_empty_cache(strata_allocator* a) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->empty_cache()) : no_allocator(a);
+}
+
+strata_status strata_trim(strata_allocator* a, size_t keep_bytes) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->trim(keep_bytes)) : no_allocator(a);
+}
+
+strata_status strata_set_memory_fraction(strata_allocator* a, double fraction) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->set_memory_fraction(fraction)) : no_allocator(a);
+}
+
+strata_status strata_get_stat(strata_allocator* a, const char* name, int64_t* value) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  if (name == nullptr || value == nullptr) {
+    return fail(strata::errc::invalid_argument, "null stat name or output pointer");
+  }
+  const auto all = impl->stats().to_map();
+  auto it = all.find(name);
+  if (it == all.end()) {
+    return fail(strata::errc::invalid_argument,
+                (std::string("unknown stat '") + name + "'").c_str());
+  }
+  *value = it->second;
+  return STRATA_OK;
+}
+
+strata_status strata_reset_peak_stats(strata_allocator* a) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  impl->reset_peak_stats();
+  return STRATA_OK;
+}
+
+strata_status strata_stats_json(strata_allocator* a, char** out) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  std::string json = "{";
+  bool first = true;
+  for (const auto& [name, value] : impl->stats().to_map()) {
+    json += (first ? "\"" : ",\"") + name + "\":" + std::to_string(value);
+    first = false;
+  }
+  return copy_out(json + "}", out);
+}
+
+strata_status strata_memory_summary(strata_allocator* a, char** out) {
+  auto* impl = get(a);
+  return impl != nullptr ? copy_out(impl->memory_summary(), out) : no_allocator(a);
+}
+
+strata_status strata_snapshot_json(strata_allocator* a, char** out) {
+  auto* impl = get(a);
+  return impl != nullptr ? copy_out(impl->snapshot_json(), out) : no_allocator(a);
+}
+
+void strata_string_free(char* s) { std::free(s); }  // NOLINT(cppcoreguidelines-no-malloc)
+
+}  // extern "C"

@@ -1,0 +1,428 @@
+#include "caching_allocator.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+#include "option_list.hpp"
+
+namespace strata {
+
+namespace {
+
+constexpr std::size_t max_request = std::size_t{1} << 60;
+
+stat_pool pool_of(pool_kind k) { return k == pool_kind::small ? pool_small : pool_large; }
+
+}  // namespace
+
+result<std::unique_ptr<caching_allocator>> caching_allocator::create(
+    const allocator_options& options) {
+  auto dev = open_device(options.device);
+  if (!dev) return dev.error();
+  return create(std::move(*dev), options);
+}
+
+result<std::unique_ptr<caching_allocator>> caching_allocator::create(
+    std::unique_ptr<device> dev, const allocator_options& options) {
+  if (dev == nullptr) return status{errc::invalid_argument, "caching_allocator: null device"};
+  if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0)) {
+    return status{errc::invalid_argument, "memory_fraction must be in (0, 1]"};
+  }
+  if (options.small_size < 512) {
+    return status{errc::invalid_argument, "small_size must be at least 512 bytes"};
+  }
+  auto info = dev->get_memory_info();
+  if (!info) return info.error();
+  return std::unique_ptr<caching_allocator>(
+      new caching_allocator(std::move(dev), options, info->total));
+}
+
+caching_allocator::caching_allocator(std::unique_ptr<device> dev,
+                                     const allocator_options& options, std::size_t total)
+    : dev_(std::move(dev)),
+      options_(options),
+      granularity_(dev_->granularity()),
+      total_(total),
+      limit_(static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
+      arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_),
+                                         64) *
+                   granularity_),
+      classes_(std::min<std::size_t>(options.small_size, granularity_ / 8) & ~std::size_t{511}),
+      events_(*dev_) {}
+
+caching_allocator::~caching_allocator() {
+  (void)dev_->synchronize();
+  for (auto& p : pending_) {
+    for (auto e : p.events) events_.put(e);
+  }
+  for (auto& b : sealed_batches_) {
+    for (auto e : b.events) events_.put(e);
+  }
+  for (auto& [native, st] : streams_) {
+    for (stream_arena* a : {st->small.get(), st->large.get()}) {
+      for (std::size_t i = a->next_mapped(0, a->page_count()); i < a->page_count();
+           i = a->next_mapped(i + 1, a->page_count())) {
+        const page_run run = a->page(i);
+        (void)dev_->unmap(a->page_addr(i), granularity_);
+        (void)dev_->release_pages(run);
+      }
+      for (std::size_t i = 0; a->kind() == pool_kind::small && i < a->page_count(); ++i) {
+        delete a->slab_at(i);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
+      }
+      a->drop_events(events_);
+      (void)dev_->free_reservation(a->base(), a->bytes());
+    }
+  }
+  for (auto run : idle_pages_) (void)dev_->release_pages(run);
+}
+
+result<caching_allocator::stream_state*> caching_allocator::state_for(void* native) {
+  if (native == last_native_ && last_state_ != nullptr) return last_state_;
+  auto it = streams_.find(native);
+  if (it == streams_.end()) {
+    auto stream = dev_->wrap_stream(native);
+    if (!stream) return stream.error();
+    auto small_base = dev_->reserve(arena_bytes_);
+    if (!small_base) return small_base.error();
+    auto large_base = dev_->reserve(arena_bytes_);
+    if (!large_base) {
+      (void)dev_->free_reservation(*small_base, arena_bytes_);
+      return large_base.error();
+    }
+    auto st = std::make_unique<stream_state>();
+    st->stream = *stream;
+    st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base,
+                                               arena_bytes_, granularity_);
+    st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base,
+                                               arena_bytes_, granularity_);
+    arenas_.push_back(st->small.get());
+    arenas_.push_back(st->large.get());
+    if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
+      seen_streams_.push_back(*stream);
+    }
+    it = streams_.emplace(native, std::move(st)).first;
+  }
+  last_native_ = native;
+  last_state_ = it->second.get();
+  return last_state_;
+}
+
+result<void*> caching_allocator::malloc(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  return allocate(bytes, nullptr);
+}
+
+result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
+  std::lock_guard lock(mu_);
+  return allocate(bytes, stream);
+}
+
+result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  auto st = state_for(native);
+  if (!st) return st.error();
+  if (bytes > max_request) return out_of_memory(bytes, (*st)->stream);
+  auto p = bytes <= classes_.slab_limit() ? allocate_small(**st, bytes)
+                                          : allocate_large(**st, bytes);
+  refresh_derived_stats();
+  return p;
+}
+
+result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t bytes) {
+  const std::uint32_t cls = classes_.class_of(bytes);
+  if (st.partial[cls].head == nullptr) {
+    if (auto s = new_slab(st, cls); !s) return s;
+  }
+  slab& s = *st.partial[cls].head;
+  if (s.empty()) --st.empty_slabs[cls];
+  const std::uintptr_t p = s.take(bytes);
+  if (s.full()) unlink_slab(st, s);
+  const auto size = static_cast<std::int64_t>(s.object_size);
+  stats_.allocation.add(pool_small, 1);
+  stats_.active.add(pool_small, 1);
+  stats_.allocated_bytes.add(pool_small, size);
+  stats_.active_bytes.add(pool_small, size);
+  stats_.requested_bytes.add(pool_small, static_cast<std::int64_t>(bytes));
+  return reinterpret_cast<void*>(p);
+}
+
+result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
+  const std::size_t size = size_classes::round(bytes);
+  auto it = place(st, *st.large, size, bytes);
+  if (!it) return it.error();
+  const stat_pool pool = bytes <= options_.small_size ? pool_small : pool_large;
+  stats_.allocation.add(pool, 1);
+  stats_.active.add(pool, 1);
+  stats_.allocated_bytes.add(pool, static_cast<std::int64_t>(size));
+  stats_.active_bytes.add(pool, static_cast<std::int64_t>(size));
+  stats_.requested_bytes.add(pool, static_cast<std::int64_t>(bytes));
+  return reinterpret_cast<void*>((*it)->first);
+}
+
+status caching_allocator::new_slab(stream_state& st, std::uint32_t cls) {
+  stream_arena& arena = *st.small;
+  auto it = place(st, arena, granularity_, classes_.class_size(cls));
+  if (!it) return it.error();
+  const std::uintptr_t base = (*it)->first;
+  auto* s = new slab(base, cls, classes_.class_size(cls), granularity_);  // NOLINT
+  arena.set_slab(arena.page_of(base), s);
+  link_slab(st, *s);
+  ++st.empty_slabs[cls];
+  return {};
+}
+
+result<block_map::iterator> caching_allocator::place(stream_state& st, stream_arena& arena,
+                                                     std::size_t size, std::size_t requested) {
+  bool may_grow = !options_.wait_before_grow;
+  for (int round = 0; round < 16; ++round) {
+    auto it = arena.blocks().best_fit(size);
+    if (it == arena.blocks().end()) break;  // the arena's address space is exhausted
+    const bool mapped = it->second.mapped;
+    it = arena.blocks().allocate(it, size, requested);
+    if (mapped) return it;  // fast path: a cached block
+    status backed = back_range(arena, it->first, size, may_grow);
+    if (backed.ok()) return it;
+    arena.blocks().release(it, 0);  // never used: nothing queued on it
+    if (backed.code() != errc::out_of_memory) return backed;
+    auto progressed = relieve_shortage();
+    if (!progressed) return progressed.error();
+    if (!*progressed) {
+      if (may_grow) break;
+      may_grow = true;
+    }
+    ++stats_.num_alloc_retries;
+  }
+  return out_of_memory(requested, st.stream);
+}
+
+void caching_allocator::link_slab(stream_state& st, slab& s) {
+  slab_list& list = st.partial[s.size_class];
+  s.prev = nullptr;
+  s.next = list.head;
+  if (list.head != nullptr) list.head->prev = &s;
+  list.head = &s;
+  s.listed = true;
+}
+
+void caching_allocator::unlink_slab(stream_state& st, slab& s) {
+  slab_list& list = st.partial[s.size_class];
+  if (s.prev != nullptr) s.prev->next = s.next;
+  if (s.next != nullptr) s.next->prev = s.prev;
+  if (list.head == &s) list.head = s.next;
+  s.prev = s.next = nullptr;
+  s.listed = false;
+}
+
+result<caching_allocator::located> caching_allocator::locate(void* ptr, const char* what) {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  stream_arena* arena = last_arena_ != nullptr && last_arena_->contains(p) ? last_arena_ : nullptr;
+  for (std::size_t i = 0; arena == nullptr && i < arenas_.size(); ++i) {
+    if (arenas_[i]->contains(p)) arena = arenas_[i];
+  }
+  const auto bad = [&] {
+    return status{errc::invalid_argument,
+                  std::string(what) +
+                      ": pointer is not a live allocation of this allocator (foreign pointer, "
+                      "or already freed)"};
+  };
+  if (arena == nullptr) return bad();
+  last_arena_ = arena;
+  located where;
+  where.arena = arena;
+  where.owner = streams_.find(arena->stream().native)->second.get();
+  if (arena->kind() == pool_kind::small) {
+    where.s = arena->slab_at(arena->page_of(p));
+    if (where.s == nullptr) return bad();
+    const std::int64_t i = where.s->index_of(p);
+    if (i < 0 || !where.s->live(static_cast<std::uint32_t>(i))) return bad();
+    where.index = static_cast<std::uint32_t>(i);
+  } else {
+    where.block = arena->blocks().find_in_use(p);
+    if (where.block == arena->blocks().end() ||
+        where.block->second.state != block_state::allocated) {
+      return bad();
+    }
+  }
+  return where;
+}
+
+void caching_allocator::count_free_request(const located& where) {
+  if (where.s != nullptr) {
+    stats_.allocation.add(pool_small, -1);
+    stats_.allocated_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->object_size));
+    stats_.requested_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->requested[where.index]));
+    where.s->retire(where.index);
+    return;
+  }
+  const block_info& b = where.block->second;
+  const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
+  stats_.allocation.add(pool, -1);
+  stats_.allocated_bytes.add(pool, -static_cast<std::int64_t>(b.size));
+  stats_.requested_bytes.add(pool, -static_cast<std::int64_t>(b.requested));
+  where.arena->blocks().set_pending(where.block);
+}
+
+status caching_allocator::free(void* ptr) {
+  if (ptr == nullptr) return {};
+  std::lock_guard lock(mu_);
+  auto where = locate(ptr, "free");
+  if (!where) return where.error();
+  auto s = defer_free(*where, {}, true);
+  refresh_derived_stats();
+  return s;
+}
+
+status caching_allocator::free_async(void* ptr, void* native) {
+  if (ptr == nullptr) return {};
+  std::lock_guard lock(mu_);
+  auto where = locate(ptr, "free_async");
+  if (!where) return where.error();
+  stream_handle stream = where->owner->stream;
+  if (native != stream.native) {
+    auto wrapped = dev_->wrap_stream(native);
+    if (!wrapped) return wrapped.error();
+    stream = *wrapped;
+  }
+  const bool other_stream = stream != where->owner->stream;
+  const bool recorded = !recorded_streams_.empty() &&
+                        recorded_streams_.contains(reinterpret_cast<std::uintptr_t>(ptr));
+  status s;
+  if (other_stream || recorded) {
+    s = defer_free(*where, stream, false);
+  } else {
+    count_free_request(*where);
+    finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
+  }
+  refresh_derived_stats();
+  return s;
+}
+
+status caching_allocator::record_stream(void* ptr, void* native) {
+  std::lock_guard lock(mu_);
+  auto where = locate(ptr, "record_stream");
+  if (!where) return where.error();
+  auto stream = dev_->wrap_stream(native);
+  if (!stream) return stream.error();
+  if (*stream == where->owner->stream) return {};
+  auto& list = recorded_streams_[reinterpret_cast<std::uintptr_t>(ptr)];
+  if (std::find(list.begin(), list.end(), *stream) == list.end()) list.push_back(*stream);
+  if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
+    seen_streams_.push_back(*stream);
+  }
+  return {};
+}
+
+// Returns a freed block (whose free was already counted) to its arena, where
+// its own stream may reuse it at once.
+void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr) {
+  arena.note_free();
+  if (arena.kind() == pool_kind::small) {
+    slab& s = *arena.slab_at(arena.page_of(addr));
+    const auto i = static_cast<std::uint32_t>(s.index_of(addr));
+    s.give(i);
+    const auto size = static_cast<std::int64_t>(s.object_size);
+    stats_.active.add(pool_small, -1);
+    stats_.active_bytes.add(pool_small, -size);
+    if (!s.listed) link_slab(st, s);
+    if (!s.empty()) return;
+    if (st.empty_slabs[s.size_class] == 0) {
+      ++st.empty_slabs[s.size_class];  // keep one empty slab per class
+      return;
+    }
+    unlink_slab(st, s);
+    arena.set_slab(arena.page_of(s.base), nullptr);
+    auto it = arena.blocks().find_in_use(s.base);
+    arena.blocks().release(it, arena.open_epoch());
+    delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
+    maybe_release();
+    return;
+  }
+  auto it = arena.blocks().find_in_use(addr);
+  const block_info& b = it->second;
+  const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
+  stats_.active.add(pool, -1);
+  stats_.active_bytes.add(pool, -static_cast<std::int64_t>(b.size));
+  arena.blocks().release(it, arena.open_epoch());
+  maybe_release();
+}
+
+void caching_allocator::refresh_derived_stats() {
+  std::array<std::int64_t, 2> free_blocks{};
+  for (const stream_arena* a : arenas_) {
+    free_blocks[static_cast<std::size_t>(a->kind())] +=
+        static_cast<std::int64_t>(const_cast<stream_arena*>(a)->blocks().mapped_free_blocks());
+  }
+  std::int64_t all_bytes = 0;
+  std::int64_t all_count = 0;
+  for (auto kind : {pool_kind::small, pool_kind::large}) {
+    const auto k = static_cast<std::size_t>(kind);
+    const stat_pool pool = pool_of(kind);
+    const std::int64_t bytes =
+        static_cast<std::int64_t>(mapped_bytes_[k]) - stats_.active_bytes[pool].current;
+    stats_.inactive_split_bytes[pool].set(std::max<std::int64_t>(bytes, 0));
+    stats_.inactive_split[pool].set(free_blocks[k]);
+    all_bytes += std::max<std::int64_t>(bytes, 0);
+    all_count += free_blocks[k];
+  }
+  stats_.inactive_split_bytes[pool_all].set(all_bytes);
+  stats_.inactive_split[pool_all].set(all_count);
+}
+
+status caching_allocator::out_of_memory(std::size_t bytes, stream_handle stream) {
+  ++stats_.num_ooms;
+  auto info = dev_->get_memory_info();
+  const std::size_t held = held_pages_ * granularity_;
+  std::string msg = "out of memory: cannot allocate " + format_bytes(bytes) + " (" +
+                    std::to_string(bytes) + " bytes) on stream " +
+                    std::to_string(reinterpret_cast<std::uintptr_t>(stream.native)) +
+                    ". Device capacity " + format_bytes(total_) + ", device free " +
+                    (info ? format_bytes(info->free) : std::string("unknown")) +
+                    ", allocator limit " + format_bytes(limit_) + "; allocated " +
+                    format_bytes(static_cast<std::uint64_t>(
+                        stats_.allocated_bytes[pool_all].current)) +
+                    ", reserved " + format_bytes(held) + " (" +
+                    format_bytes(idle_pages_.size() * granularity_) + " idle in the page pool)";
+  if (bytes > limit_) msg += ". The request alone exceeds the allocator limit";
+  return {errc::out_of_memory, std::move(msg)};
+}
+
+status caching_allocator::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return {errc::invalid_argument, "set_memory_fraction: fraction must be in (0, 1]"};
+  }
+  std::lock_guard lock(mu_);
+  options_.memory_fraction = fraction;
+  limit_ = static_cast<std::size_t>(static_cast<double>(total_) * fraction);
+  return {};
+}
+
+allocator_stats caching_allocator::stats() {
+  std::lock_guard lock(mu_);
+  refresh_derived_stats();
+  return stats_;
+}
+
+void caching_allocator::reset_peak_stats() {
+  std::lock_guard lock(mu_);
+  stats_.reset_peaks();
+}
+
+status caching_allocator::empty_cache() {
+  std::lock_guard lock(mu_);
+  if (auto s = wait_for_everything(); !s) return s;
+  auto s = release_idle(0);
+  refresh_derived_stats();
+  return s;
+}
+
+status caching_allocator::trim(std::size_t keep_bytes) {
+  std::lock_guard lock(mu_);
+  auto reclaimed = reclaim_completed();
+  if (!reclaimed) return reclaimed.error();
+  auto s = release_idle(keep_bytes);
+  refresh_derived_stats();
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,208 @@
+// The caching device allocator: stream-ordered, page-backed, with stats.
+//
+// Layout: each stream gets two arenas (small and large), each a reserved
+// virtual range into which physical pages (one granularity each) are mapped
+// on demand. Small requests come from size-class slabs (one page each) in
+// the small arena; larger ones by best fit with split and coalesce in the
+// large arena. Idle pages live in a page pool and move between arenas by
+// unmapping and remapping, so free memory anywhere can back a request
+// anywhere: the allocator grows only when no idle page exists.
+//
+// Frees:
+//   - free_async(p, S) on p's own stream (and no record_stream): reusable at
+//     once on that stream (stream order protects it);
+//   - on another stream, or with recorded streams: pending until events
+//     recorded at free time on those streams complete;
+//   - free(p): device-wide (like cudaFree): pending until all work queued
+//     before the free on every stream the allocator has seen is done. Frees
+//     are batched; the batch is sealed with one event per stream when the
+//     cache needs memory, and synchronized only if memory is still short.
+// Events are polled only on the slow path, never waited for on the fast path.
+//
+// Fast path (a cached block on the same stream): one mutex, no system call,
+// no heap allocation.
+//
+// Thread safety: every public call may be made from any thread at any time;
+// calls are serialized by one mutex.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator_stats.hpp"
+#include "event_pool.hpp"
+#include "size_classes.hpp"
+#include "slab.hpp"
+#include "stream_arena.hpp"
+#include "strata/allocator_options.hpp"
+#include "strata/device.hpp"
+
+namespace strata {
+
+class caching_allocator {
+ public:
+  /// Opens `options.device` and builds an allocator on it.
+  static result<std::unique_ptr<caching_allocator>> create(const allocator_options& options);
+  /// Builds an allocator on a device the caller opened (tests: a sim device
+  /// with faults armed). `options.device` is ignored.
+  static result<std::unique_ptr<caching_allocator>> create(std::unique_ptr<device> dev,
+                                                           const allocator_options& options);
+  caching_allocator(const caching_allocator&) = delete;
+  caching_allocator& operator=(const caching_allocator&) = delete;
+  caching_allocator(caching_allocator&&) = delete;
+  caching_allocator& operator=(caching_allocator&&) = delete;
+  /// Waits for the device, then returns every page and range to it.
+  ~caching_allocator();
+
+  /// Device-wide allocation (usable on any stream; free with `free`).
+  /// Size 0 gives null. Errors: out_of_memory (with the numbers).
+  result<void*> malloc(std::size_t bytes);
+  /// Device-wide free (see above). Null is a no-op. Errors:
+  /// invalid_argument for a pointer this allocator did not hand out or
+  /// already freed (state unchanged).
+  status free(void* ptr);
+  /// Stream-ordered allocation on `stream` (a native stream handle; null is
+  /// the default stream).
+  result<void*> malloc_async(std::size_t bytes, void* stream);
+  /// Stream-ordered free on `stream`.
+  status free_async(void* ptr, void* stream);
+  /// The free of `ptr` also waits for work queued on `stream` up to the free.
+  status record_stream(void* ptr, void* stream);
+
+  /// Waits for pending frees and idle pages, then returns every idle page to
+  /// the device.
+  status empty_cache();
+  /// Returns idle pages that need no waiting until at most `keep_bytes` of
+  /// idle pages remain.
+  status trim(std::size_t keep_bytes);
+  /// Limits the bytes held to `fraction` (0, 1] of the device's memory.
+  status set_memory_fraction(double fraction);
+
+  [[nodiscard]] allocator_stats stats();
+  void reset_peak_stats();
+  /// A table in the layout of torch.cuda.memory_summary().
+  [[nodiscard]] std::string memory_summary();
+  /// JSON: the arenas with their mapped pages and blocks (see docs/allocator.md).
+  [[nodiscard]] std::string snapshot_json();
+
+  device& dev() noexcept { return *dev_; }
+  [[nodiscard]] const allocator_options& options() const noexcept { return options_; }
+
+ private:
+  struct slab_list {
+    slab* head = nullptr;
+  };
+  // Everything that belongs to one stream.
+  struct stream_state {
+    stream_handle stream;
+    std::unique_ptr<stream_arena> small;
+    std::unique_ptr<stream_arena> large;
+    std::array<slab_list, size_classes::max_classes> partial{};
+    std::array<std::uint32_t, size_classes::max_classes> empty_slabs{};
+  };
+  // A freed block waiting for events before it returns to its arena.
+  struct pending_free {
+    stream_state* owner;
+    stream_arena* arena;
+    std::uintptr_t addr;
+    std::vector<event_handle> events;
+  };
+  struct sealed_batch {
+    std::vector<pending_free> frees;
+    std::vector<event_handle> events;
+  };
+  // Where a live pointer lives.
+  struct located {
+    stream_state* owner = nullptr;
+    stream_arena* arena = nullptr;
+    slab* s = nullptr;             // small
+    std::uint32_t index = 0;       // small
+    block_map::iterator block{};   // large
+  };
+
+  caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
+                    std::size_t total);
+
+  // caching_allocator.cpp: the public paths.
+  result<void*> allocate(std::size_t bytes, void* native_stream);
+  result<stream_state*> state_for(void* native_stream);
+  result<located> locate(void* ptr, const char* what);
+  result<void*> allocate_small(stream_state& st, std::size_t bytes);
+  result<void*> allocate_large(stream_state& st, std::size_t bytes);
+  status new_slab(stream_state& st, std::uint32_t cls);
+  // Carves `size` bytes for `requested` from `arena` and backs them with
+  // pages, walking the shortage chain when pages are short.
+  result<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
+                                    std::size_t requested);
+  void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
+  void unlink_slab(stream_state& st, slab& s);
+  void link_slab(stream_state& st, slab& s);
+  void count_free_request(const located& where);
+  void refresh_derived_stats();
+  [[nodiscard]] status out_of_memory(std::size_t bytes, stream_handle stream);
+
+  // page_supply.cpp: backing blocks with pages; giving pages back.
+  // Maps a page under every unmapped page of [addr, addr+bytes): idle pages
+  // first, new ones only if `may_create`. out_of_memory when short.
+  status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
+  std::size_t take_idle_pages(std::size_t wanted, stream_arena* first,
+                              std::vector<page_run>& out);
+  status create_pages(std::size_t wanted, std::vector<page_run>& out);
+  status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
+                   std::vector<page_run>& pages);
+  void unmap_page(stream_arena& arena, std::size_t index);
+  status release_idle(std::size_t keep_bytes);
+  void maybe_release();
+  // Reclaims completed frees, else waits for pending ones; true if memory
+  // may have come free.
+  result<bool> relieve_shortage();
+  [[nodiscard]] bool anything_waiting();
+  status wait_for_everything();
+
+  // deferred_free.cpp: pending and device-wide frees.
+  status defer_free(const located& where, stream_handle free_stream, bool device_wide);
+  result<bool> reclaim_completed();
+  status seal_open_batch();
+  void finish_pending(pending_free& p);
+
+  // allocator_report.cpp
+  [[nodiscard]] std::string summary_locked();
+
+  std::mutex mu_;
+  std::unique_ptr<device> dev_;
+  allocator_options options_;
+  std::size_t granularity_;
+  std::size_t total_;         // device memory, bytes
+  std::size_t limit_;         // bytes the allocator may hold
+  std::size_t arena_bytes_;   // virtual range reserved per arena
+  size_classes classes_;
+  event_pool events_;
+  allocator_stats stats_;
+
+  std::vector<page_run> idle_pages_;  // the page pool: unmapped, no queued work
+  std::size_t held_pages_ = 0;        // pages created and not released
+  std::array<std::size_t, 2> mapped_bytes_{};  // by pool_kind
+
+  std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
+  std::vector<stream_arena*> arenas_;
+  std::vector<stream_handle> seen_streams_;
+  void* last_native_ = nullptr;
+  stream_state* last_state_ = nullptr;
+  stream_arena* last_arena_ = nullptr;
+
+  std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
+  std::vector<pending_free> pending_;
+  std::vector<pending_free> open_batch_;
+  std::deque<sealed_batch> sealed_batches_;
+  std::size_t next_release_check_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,188 @@
+// Backing blocks with physical pages, and giving idle pages back.
+//
+// Page sources, in order: the page pool (idle, unmapped pages); idle pages
+// inside free blocks of any arena (unmapped from there: this is how free
+// memory anywhere serves a request anywhere); new pages from the device,
+// within the allocator's limit. A page is unmapped only when its arena's
+// stream has finished every epoch that freed memory on it.
+#include <algorithm>
+
+#include "caching_allocator.hpp"
+
+namespace strata {
+
+namespace {
+
+stat_pool pool_of(pool_kind k) { return k == pool_kind::small ? pool_small : pool_large; }
+
+}  // namespace
+
+status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr,
+                                     std::size_t bytes, bool may_create) {
+  std::vector<std::size_t> needed;
+  for (std::size_t i = arena.page_of(addr); i <= arena.page_of(addr + bytes - 1); ++i) {
+    if (!arena.is_mapped(i)) needed.push_back(i);
+  }
+  if (needed.empty()) return {};
+  std::vector<page_run> pages;
+  pages.reserve(needed.size());
+  while (pages.size() < needed.size() && !idle_pages_.empty()) {
+    pages.push_back(idle_pages_.back());
+    idle_pages_.pop_back();
+  }
+  if (pages.size() < needed.size()) take_idle_pages(needed.size() - pages.size(), &arena, pages);
+  status created;
+  if (pages.size() < needed.size() && may_create) {
+    created = create_pages(needed.size() - pages.size(), pages);
+  }
+  if (pages.size() < needed.size()) {
+    idle_pages_.insert(idle_pages_.end(), pages.begin(), pages.end());
+    if (!created.ok() && created.code() != errc::out_of_memory) return created;
+    return {errc::out_of_memory, "no idle page to back the request"};
+  }
+  return map_pages(arena, needed, pages);
+}
+
+std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena* first,
+                                               std::vector<page_run>& out) {
+  const std::size_t start = out.size();
+  const auto steal_from = [&](stream_arena& a) {
+    (void)a.poll(*dev_, events_);  // a failed query only means fewer idle pages
+    const std::size_t g = granularity_;
+    for (auto it = a.blocks().begin(); it != a.blocks().end() && out.size() - start < wanted;
+         ++it) {
+      const block_info& b = it->second;
+      if (b.state != block_state::free || !a.idle(b.epoch)) continue;
+      const std::size_t from = (it->first - a.base() + g - 1) / g;
+      const std::size_t to = (it->first + b.size - a.base()) / g;
+      bool took = false;
+      for (std::size_t i = a.next_mapped(from, to); i < to && out.size() - start < wanted;
+           i = a.next_mapped(i + 1, to)) {
+        const page_run run = a.page(i);
+        if (!dev_->unmap(a.page_addr(i), g)) continue;  // stays mapped; try another page
+        a.set_page(i, {});
+        mapped_bytes_[static_cast<std::size_t>(a.kind())] -= g;
+        stats_.segment[pool_of(a.kind())].decrease(1);
+        stats_.reserved_bytes[pool_of(a.kind())].decrease(static_cast<std::int64_t>(g));
+        out.push_back(run);
+        took = true;
+      }
+      if (took) a.blocks().set_mapped(it, false);
+    }
+  };
+  if (first != nullptr) steal_from(*first);
+  for (stream_arena* a : arenas_) {
+    if (a != first && out.size() - start < wanted) steal_from(*a);
+  }
+  return out.size() - start;
+}
+
+status caching_allocator::create_pages(std::size_t wanted, std::vector<page_run>& out) {
+  for (std::size_t n = 0; n < wanted; ++n) {
+    if ((held_pages_ + 1) * granularity_ > limit_) {
+      return {errc::out_of_memory, "the allocator holds its limit"};
+    }
+    auto run = dev_->create_pages(granularity_);
+    if (!run) return run.error();
+    ++held_pages_;
+    ++stats_.num_device_alloc;
+    stats_.segment[pool_all].increase(1);
+    stats_.reserved_bytes[pool_all].increase(static_cast<std::int64_t>(granularity_));
+    out.push_back(*run);
+  }
+  return {};
+}
+
+status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
+                                    std::vector<page_run>& pages) {
+  const std::size_t g = granularity_;
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    const std::uintptr_t va = arena.page_addr(indices[j]);
+    status s = dev_->map(va, g, pages[j], 0);
+    if (s.ok()) {
+      s = dev_->set_access(va, g);
+      if (!s.ok()) (void)dev_->unmap(va, g);
+    }
+    if (!s.ok()) {
+      // Nothing is lost: unused pages return to the pool; pages already
+      // mapped stay mapped (and accounted) under what is now free space.
+      idle_pages_.insert(idle_pages_.end(), pages.begin() + static_cast<std::ptrdiff_t>(j),
+                         pages.end());
+      return s;
+    }
+    arena.set_page(indices[j], pages[j]);
+    mapped_bytes_[static_cast<std::size_t>(arena.kind())] += g;
+    stats_.segment[pool_of(arena.kind())].increase(1);
+    stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(g));
+  }
+  return {};
+}
+
+status caching_allocator::release_idle(std::size_t keep_bytes) {
+  // Idle pages still mapped under free blocks move to the pool first, so the
+  // pool holds every idle page; the pages beyond `keep_bytes` go back.
+  take_idle_pages(static_cast<std::size_t>(-1), nullptr, idle_pages_);
+  const std::size_t keep_pages = keep_bytes / granularity_;
+  while (idle_pages_.size() > keep_pages) {
+    if (auto s = dev_->release_pages(idle_pages_.back()); !s) return s;
+    idle_pages_.pop_back();
+    --held_pages_;
+    ++stats_.num_device_free;
+    stats_.segment[pool_all].decrease(1);
+    stats_.reserved_bytes[pool_all].decrease(static_cast<std::int64_t>(granularity_));
+  }
+  return {};
+}
+
+void caching_allocator::maybe_release() {
+  if (options_.release_threshold == std::numeric_limits<std::uint64_t>::max()) return;
+  const auto idle = [&] {
+    const std::int64_t mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
+    const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
+    return idle_pages_.size() * granularity_ + static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));
+  };
+  const std::size_t before = idle();
+  if (before <= options_.release_threshold || before < next_release_check_) return;
+  (void)release_idle(options_.release_threshold);
+  next_release_check_ = std::max<std::size_t>(idle(), options_.release_threshold) + granularity_;
+}
+
+result<bool> caching_allocator::relieve_shortage() {
+  auto reclaimed = reclaim_completed();
+  if (!reclaimed) return reclaimed.error();
+  if (*reclaimed) return true;
+  if (!anything_waiting()) return false;
+  if (auto s = wait_for_everything(); !s) return s;
+  return true;
+}
+
+bool caching_allocator::anything_waiting() {
+  if (!pending_.empty() || !open_batch_.empty() || !sealed_batches_.empty()) return true;
+  return std::any_of(arenas_.begin(), arenas_.end(),
+                     [](const stream_arena* a) { return a->has_busy_epochs(); });
+}
+
+status caching_allocator::wait_for_everything() {
+  if (!open_batch_.empty()) {
+    if (auto s = seal_open_batch(); !s) return s;
+  }
+  for (auto& batch : sealed_batches_) {
+    for (auto e : batch.events) {
+      if (auto s = dev_->synchronize_event(e); !s) return s;
+    }
+    ++stats_.num_sync_all_streams;
+  }
+  for (auto& p : pending_) {
+    for (auto e : p.events) {
+      if (auto s = dev_->synchronize_event(e); !s) return s;
+    }
+  }
+  auto reclaimed = reclaim_completed();
+  if (!reclaimed) return reclaimed.error();
+  for (stream_arena* a : arenas_) {
+    if (auto s = a->wait_idle(a->open_epoch(), *dev_, events_); !s) return s;
+  }
+  return {};
+}
+
+}  // namespace strata

@@ -1,0 +1,47 @@
+// The rounding rule and the size classes of small blocks.
+//
+// Rounding rule (every block is 512-byte aligned):
+//   - a request of 1..512 bytes takes 512 bytes;
+//   - requests up to the slab limit (min(small_size, granularity / 8)) take
+//     the next size class: multiples of 512 up to 2 KiB, then four classes
+//     per power of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ...), so a class
+//     wastes at most 20% of its size;
+//   - every larger request is rounded up to a multiple of 512 bytes.
+// Size classes are packed into one-page slabs.
+//
+// Thread safety: immutable after construction.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace strata {
+
+inline constexpr std::size_t block_alignment = 512;
+
+class size_classes {
+ public:
+  static constexpr std::size_t max_classes = 64;
+
+  /// Classes up to `slab_limit` bytes (a multiple of 512, at least 512).
+  explicit size_classes(std::size_t slab_limit);
+
+  /// Rounds a non-zero request per the rule above (large requests too).
+  [[nodiscard]] static std::size_t round(std::size_t bytes) noexcept {
+    return (bytes + block_alignment - 1) & ~(block_alignment - 1);
+  }
+  /// The largest request served from a slab.
+  [[nodiscard]] std::size_t slab_limit() const noexcept { return limit_; }
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+  /// The class of a request of 1..slab_limit() bytes. Cost: a short loop.
+  [[nodiscard]] std::uint32_t class_of(std::size_t bytes) const noexcept;
+  [[nodiscard]] std::size_t class_size(std::uint32_t c) const noexcept { return sizes_[c]; }
+
+ private:
+  std::array<std::size_t, max_classes> sizes_{};
+  std::size_t count_ = 0;
+  std::size_t limit_ = 0;
+};
+
+}  // namespace strata

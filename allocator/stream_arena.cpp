@@ -1,0 +1,93 @@
+#include "stream_arena.hpp"
+
+#include <bit>
+
+namespace strata {
+
+stream_arena::stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t base,
+                           std::size_t bytes, std::size_t granularity)
+    : stream_(stream),
+      kind_(kind),
+      granularity_(granularity),
+      blocks_(base, bytes),
+      pages_(bytes / granularity),
+      mapped_bits_((bytes / granularity + 63) / 64, 0),
+      slabs_(kind == pool_kind::small ? bytes / granularity : 0, nullptr) {}
+
+void stream_arena::set_page(std::size_t i, page_run run) noexcept {
+  const bool was = pages_[i].id != 0;
+  const bool now = run.id != 0;
+  pages_[i] = run;
+  const std::uint64_t bit = std::uint64_t{1} << (i % 64);
+  if (now && !was) {
+    mapped_bits_[i / 64] |= bit;
+    ++mapped_pages_;
+  } else if (was && !now) {
+    mapped_bits_[i / 64] &= ~bit;
+    --mapped_pages_;
+  }
+}
+
+std::size_t stream_arena::next_mapped(std::size_t from, std::size_t to) const noexcept {
+  while (from < to) {
+    const std::uint64_t word = mapped_bits_[from / 64] >> (from % 64);
+    if (word != 0) {
+      const std::size_t found = from + static_cast<std::size_t>(std::countr_zero(word));
+      return found < to ? found : to;
+    }
+    from = (from / 64 + 1) * 64;
+  }
+  return to;
+}
+
+status stream_arena::seal(device& dev, event_pool& events) {
+  if (!dirty_) return {};
+  auto e = events.get();
+  if (!e) return e.error();
+  if (auto s = dev.record_event(*e, stream_); !s) {
+    events.put(*e);
+    return s;
+  }
+  sealed_.push_back({*e, open_});
+  ++open_;
+  dirty_ = false;
+  return {};
+}
+
+result<bool> stream_arena::poll(device& dev, event_pool& events) {
+  bool advanced = false;
+  while (!sealed_.empty()) {
+    auto done = dev.query_event(sealed_.front().event);
+    if (!done) return done.error();
+    if (!*done) break;
+    completed_ = sealed_.front().epoch;
+    events.put(sealed_.front().event);
+    sealed_.pop_front();
+    advanced = true;
+  }
+  return advanced;
+}
+
+status stream_arena::wait_idle(std::uint64_t epoch, device& dev, event_pool& events) {
+  if (idle(epoch)) return {};
+  if (epoch >= open_) {
+    if (auto s = seal(dev, events); !s) return s;
+    epoch = open_ - 1;  // the last sealed epoch covers every free so far
+    if (idle(epoch)) return {};
+  }
+  for (const auto& sealed : sealed_) {
+    if (sealed.epoch >= epoch) {
+      if (auto s = dev.synchronize_event(sealed.event); !s) return s;
+      break;
+    }
+  }
+  auto polled = poll(dev, events);
+  return polled ? status{} : polled.error();
+}
+
+void stream_arena::drop_events(event_pool& events) {
+  for (const auto& sealed : sealed_) events.put(sealed.event);
+  sealed_.clear();
+}
+
+}  // namespace strata

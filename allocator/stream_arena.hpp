@@ -1,0 +1,105 @@
+// One stream's arena for one pool kind: a reserved virtual range into which
+// physical pages are mapped on demand, the blocks carved from it, and the
+// epochs that say when freed pages are idle.
+//
+// Epochs: a block freed on the arena's stream is stamped with the open epoch
+// (no device call). `seal` records one event on the stream closing the open
+// epoch; `poll` advances `completed` as those events finish. A free block
+// whose epoch is <= completed has no queued work left on it: its pages may
+// be unmapped. Reuse at the same address needs no epoch: the stream's own
+// order protects it.
+//
+// Invariants: `pages_[i]` is the page run mapped at page i (id 0 = none);
+// every page overlapping an allocated or pending block is mapped.
+//
+// Thread safety: none; the allocator serializes calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "block_map.hpp"
+#include "event_pool.hpp"
+#include "strata/device.hpp"
+
+namespace strata {
+
+enum class pool_kind : std::uint8_t { small, large };
+
+struct slab;
+
+class stream_arena {
+ public:
+  stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t base, std::size_t bytes,
+               std::size_t granularity);
+
+  [[nodiscard]] stream_handle stream() const noexcept { return stream_; }
+  [[nodiscard]] pool_kind kind() const noexcept { return kind_; }
+  [[nodiscard]] std::uintptr_t base() const noexcept { return blocks_.base(); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return blocks_.size(); }
+  [[nodiscard]] bool contains(std::uintptr_t p) const noexcept {
+    return p - blocks_.base() < blocks_.size();
+  }
+  block_map& blocks() noexcept { return blocks_; }
+
+  // --- pages ---------------------------------------------------------------
+  [[nodiscard]] std::size_t page_of(std::uintptr_t p) const noexcept {
+    return (p - blocks_.base()) / granularity_;
+  }
+  [[nodiscard]] std::uintptr_t page_addr(std::size_t i) const noexcept {
+    return blocks_.base() + i * granularity_;
+  }
+  [[nodiscard]] std::size_t page_count() const noexcept { return pages_.size(); }
+  [[nodiscard]] const page_run& page(std::size_t i) const noexcept { return pages_[i]; }
+  [[nodiscard]] bool is_mapped(std::size_t i) const noexcept { return pages_[i].id != 0; }
+  /// Records that `run` is mapped at page i (a run with id 0: nothing is).
+  void set_page(std::size_t i, page_run run) noexcept;
+  [[nodiscard]] std::size_t mapped_pages() const noexcept { return mapped_pages_; }
+  /// The first mapped page in [from, to), or `to`. Cost: one step per 64 pages.
+  [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t to) const noexcept;
+
+  /// Slab owning page i (small arenas); null if none.
+  [[nodiscard]] slab* slab_at(std::size_t i) const noexcept { return slabs_[i]; }
+  void set_slab(std::size_t i, slab* s) noexcept { slabs_[i] = s; }
+
+  // --- epochs --------------------------------------------------------------
+  /// The epoch a free made now belongs to.
+  [[nodiscard]] std::uint64_t open_epoch() const noexcept { return open_; }
+  /// Notes that something was freed in the open epoch.
+  void note_free() noexcept { dirty_ = true; }
+  [[nodiscard]] bool idle(std::uint64_t epoch) const noexcept { return epoch <= completed_; }
+  /// True while some free is not yet known to be idle.
+  [[nodiscard]] bool has_busy_epochs() const noexcept { return dirty_ || !sealed_.empty(); }
+  /// Records an event closing the open epoch (nothing when it holds no free).
+  status seal(device& dev, event_pool& events);
+  /// Advances `completed` past every sealed epoch whose event finished.
+  /// Returns true if it advanced.
+  result<bool> poll(device& dev, event_pool& events);
+  /// Blocks until `epoch` is complete (sealing it first if it is open).
+  status wait_idle(std::uint64_t epoch, device& dev, event_pool& events);
+  /// Returns every pending event to the pool (allocator teardown).
+  void drop_events(event_pool& events);
+
+ private:
+  struct sealed_epoch {
+    event_handle event;
+    std::uint64_t epoch;
+  };
+
+  stream_handle stream_;
+  pool_kind kind_;
+  std::size_t granularity_;
+  block_map blocks_;
+  std::vector<page_run> pages_;
+  std::vector<std::uint64_t> mapped_bits_;
+  std::vector<slab*> slabs_;
+  std::size_t mapped_pages_ = 0;
+  std::uint64_t open_ = 1;
+  std::uint64_t completed_ = 0;
+  bool dirty_ = false;
+  std::deque<sealed_epoch> sealed_;
+};
+
+}  // namespace strata

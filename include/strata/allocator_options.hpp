@@ -1,0 +1,50 @@
+// Options of the caching allocator and their text form, STRATA_CONF.
+//
+// STRATA_CONF is a comma-separated list of key:value pairs, like
+// PYTORCH_CUDA_ALLOC_CONF, e.g.
+//   STRATA_CONF="device:sim:capacity=16GiB,granularity=2MiB,memory_fraction:0.9"
+// The device spec may itself contain commas: an item of the form key=value
+// (with '=' and no ':' before it) continues the `device` value before it.
+// docs/configuration.md documents every key.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "strata/error.hpp"
+#include "strata/export.hpp"
+
+namespace strata {
+
+struct allocator_options {
+  /// Device spec (see docs/device.md): "auto", "cuda:N" or "sim:...".
+  std::string device = "auto";
+  /// Idle cached bytes (free pages the allocator keeps) above which pages
+  /// are returned to the device. Default: keep everything.
+  std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();
+  /// Requests up to this many bytes are "small": served from size-class
+  /// slabs (up to granularity/8) and counted in the small_pool stats.
+  std::uint64_t small_size = 1ULL << 20;
+  /// Fraction of the device's memory the allocator may hold, (0, 1].
+  double memory_fraction = 1.0;
+  /// When a request needs pages and freed memory is still waiting on events
+  /// (pending frees, pages with queued work), wait for it before creating
+  /// new pages (true: least memory), or create first and wait only when the
+  /// device is full (false: least waiting).
+  bool wait_before_grow = true;
+};
+
+/// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are
+/// invalid_argument errors naming the key and the accepted values.
+STRATA_API result<allocator_options> parse_allocator_conf(std::string_view text,
+                                                          allocator_options defaults = {});
+
+/// Parses the STRATA_CONF environment variable (defaults if unset or empty).
+STRATA_API result<allocator_options> allocator_options_from_env();
+
+}  // namespace strata

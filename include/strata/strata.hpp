@@ -1,0 +1,72 @@
+// Strata's C++ API: an RAII allocator handle that throws `strata::error`.
+//
+// Thread safety: every member of `allocator` may be called concurrently from
+// any thread, except construction, destruction and moves.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "strata/allocator_options.hpp"
+#include "strata/error.hpp"
+#include "strata/export.hpp"
+
+namespace strata {
+
+class caching_allocator;
+
+/// The exception the C++ API throws: the message plus the code.
+class STRATA_API error : public std::runtime_error {
+ public:
+  explicit error(const status& s) : std::runtime_error(s.to_string()), code_(s.code()) {}
+  [[nodiscard]] errc code() const noexcept { return code_; }
+
+ private:
+  errc code_;
+};
+
+/// Counters by their torch.cuda.memory_stats() names.
+using stat_map = std::map<std::string, std::int64_t>;
+
+class STRATA_API allocator {
+ public:
+  /// Opens `options.device` and creates the allocator. Throws `error`.
+  explicit allocator(const allocator_options& options);
+  /// Configured from STRATA_CONF syntax (docs/configuration.md).
+  static allocator from_conf(std::string_view conf);
+  /// Configured from the STRATA_CONF environment variable.
+  static allocator from_env();
+  allocator(allocator&&) noexcept;
+  allocator& operator=(allocator&&) noexcept;
+  allocator(const allocator&) = delete;
+  allocator& operator=(const allocator&) = delete;
+  /// Waits for the device and returns all memory to it.
+  ~allocator();
+
+  /// Device-wide allocation (see strata.h); 0 bytes gives nullptr.
+  void* malloc(std::size_t bytes);
+  /// Device-wide free; nullptr is a no-op. Throws for foreign/double frees.
+  void free(void* ptr);
+  /// Stream-ordered allocation on a native stream handle (nullptr: default).
+  void* malloc_async(std::size_t bytes, void* stream);
+  void free_async(void* ptr, void* stream);
+  void record_stream(void* ptr, void* stream);
+  void empty_cache();
+  void trim(std::size_t keep_bytes);
+  void set_memory_fraction(double fraction);
+  [[nodiscard]] stat_map stats() const;
+  void reset_peak_stats();
+  [[nodiscard]] std::string memory_summary() const;
+  [[nodiscard]] std::string snapshot_json() const;
+
+ private:
+  caching_allocator& impl() const;
+  std::unique_ptr<caching_allocator> impl_;
+};
+
+}  // namespace strata
