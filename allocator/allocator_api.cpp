@@ -25,7 +25,9 @@ allocator allocator::from_conf(std::string_view conf) {
   return allocator(take(parse_allocator_conf(conf)));
 }
 
-allocator allocator::from_env() { return allocator(take(allocator_options_from_env())); }
+allocator allocator::from_env() {
+  return allocator(take(allocator_options_from_env()));
+}
 
 allocator::allocator(allocator&&) noexcept = default;
 allocator& allocator::operator=(allocator&&) noexcept = default;
@@ -36,23 +38,41 @@ caching_allocator& allocator::impl() const {
   return *impl_;
 }
 
-void* allocator::malloc(std::size_t bytes) { return take(impl().malloc(bytes)); }
-void allocator::free(void* ptr) { check(impl().free(ptr)); }
+void* allocator::malloc(std::size_t bytes) {
+  return take(impl().malloc(bytes));
+}
+void allocator::free(void* ptr) {
+  check(impl().free(ptr));
+}
 void* allocator::malloc_async(std::size_t bytes, void* stream) {
   return take(impl().malloc_async(bytes, stream));
 }
-void allocator::free_async(void* ptr, void* stream) { check(impl().free_async(ptr, stream)); }
+void allocator::free_async(void* ptr, void* stream) {
+  check(impl().free_async(ptr, stream));
+}
 void allocator::record_stream(void* ptr, void* stream) {
   check(impl().record_stream(ptr, stream));
 }
-void allocator::empty_cache() { check(impl().empty_cache()); }
-void allocator::trim(std::size_t keep_bytes) { check(impl().trim(keep_bytes)); }
+void allocator::empty_cache() {
+  check(impl().empty_cache());
+}
+void allocator::trim(std::size_t keep_bytes) {
+  check(impl().trim(keep_bytes));
+}
 void allocator::set_memory_fraction(double fraction) {
   check(impl().set_memory_fraction(fraction));
 }
-stat_map allocator::stats() const { return impl().stats().to_map(); }
-void allocator::reset_peak_stats() { impl().reset_peak_stats(); }
-std::string allocator::memory_summary() const { return impl().memory_summary(); }
-std::string allocator::snapshot_json() const { return impl().snapshot_json(); }
+stat_map allocator::stats() const {
+  return impl().stats().to_map();
+}
+void allocator::reset_peak_stats() {
+  impl().reset_peak_stats();
+}
+std::string allocator::memory_summary() const {
+  return impl().memory_summary();
+}
+std::string allocator::snapshot_json() const {
+  return impl().snapshot_json();
+}
 
 }  // namespace strata

@@ -12,7 +12,9 @@ namespace {
 constexpr std::string_view accepted_keys =
     "device, release_threshold, small_size, memory_fraction, wait_before_grow";
 
-status invalid(std::string message) { return {errc::invalid_argument, std::move(message)}; }
+status invalid(std::string message) {
+  return {errc::invalid_argument, std::move(message)};
+}
 
 struct conf_item {
   std::string_view key;
@@ -45,7 +47,8 @@ result<std::vector<conf_item>> split_conf(std::string_view text) {
     }
     const std::string_view key = item.substr(0, colon);
     for (const auto& seen : items) {
-      if (seen.key == key) return invalid("STRATA_CONF: key '" + std::string(key) + "' given twice");
+      if (seen.key == key)
+        return invalid("STRATA_CONF: key '" + std::string(key) + "' given twice");
     }
     items.push_back({key, std::string(item.substr(colon + 1))});
   }
@@ -99,8 +102,7 @@ status apply(allocator_options& o, const conf_item& item) {
 
 }  // namespace
 
-result<allocator_options> parse_allocator_conf(std::string_view text,
-                                               allocator_options defaults) {
+result<allocator_options> parse_allocator_conf(std::string_view text, allocator_options defaults) {
   auto items = split_conf(text);
   if (!items) return items.error();
   for (const auto& item : *items) {

@@ -36,9 +36,12 @@ std::string hex(std::uintptr_t v) {
 
 const char* state_name(block_state s) {
   switch (s) {
-    case block_state::free: return "free";
-    case block_state::allocated: return "allocated";
-    case block_state::pending: return "pending_free";
+    case block_state::free:
+      return "free";
+    case block_state::allocated:
+      return "allocated";
+    case block_state::pending:
+      return "pending_free";
   }
   return "?";
 }
@@ -123,10 +126,10 @@ std::string caching_allocator::snapshot_json() {
   bool first_arena = true;
   for (const stream_arena* ca : arenas_) {
     auto& a = const_cast<stream_arena&>(*ca);
-    o << (first_arena ? "" : ",") << "{\"stream\":" << hex(reinterpret_cast<std::uintptr_t>(a.stream().native))
+    o << (first_arena ? "" : ",")
+      << "{\"stream\":" << hex(reinterpret_cast<std::uintptr_t>(a.stream().native))
       << ",\"pool\":\"" << (a.kind() == pool_kind::small ? "small" : "large")
-      << "\",\"base\":" << hex(a.base()) << ",\"bytes\":" << a.bytes()
-      << ",\"mapped_pages\":[";
+      << "\",\"base\":" << hex(a.base()) << ",\"bytes\":" << a.bytes() << ",\"mapped_pages\":[";
     first_arena = false;
     bool first = true;
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {

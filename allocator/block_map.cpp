@@ -6,7 +6,7 @@
 namespace strata {
 
 block_map::block_map(std::uintptr_t base, std::size_t size) : base_(base), size_(size) {
-  auto it = blocks_.emplace(base, block_info{size, 0, 0, block_state::free, false}).first;
+  auto it = blocks_.emplace(base, block_info{size, 0, block_state::free, false}).first;
   insert_free(it);
 }
 
@@ -42,9 +42,8 @@ block_map::iterator block_map::allocate(iterator it, std::size_t bytes, std::siz
   erase_free(it);
   block_info& b = it->second;
   if (b.size > bytes) {
-    auto rest = blocks_.emplace_hint(
-        std::next(it), it->first + bytes,
-        block_info{b.size - bytes, 0, b.epoch, block_state::free, b.mapped});
+    auto rest = blocks_.emplace_hint(std::next(it), it->first + bytes,
+                                     block_info{b.size - bytes, 0, block_state::free, b.mapped});
     insert_free(rest);
   }
   b.size = bytes;
@@ -60,17 +59,14 @@ block_map::iterator block_map::find_in_use(std::uintptr_t addr) {
   return it;
 }
 
-block_map::iterator block_map::release(iterator it, std::uint64_t epoch) {
+block_map::iterator block_map::release(iterator it) {
   assert(it->second.state != block_state::free);
   it->second.state = block_state::free;
-  it->second.epoch = epoch;
   it->second.requested = 0;
-  if (auto next = std::next(it);
-      next != blocks_.end() && next->second.state == block_state::free) {
+  if (auto next = std::next(it); next != blocks_.end() && next->second.state == block_state::free) {
     erase_free(next);
     it->second.size += next->second.size;
     it->second.mapped = it->second.mapped && next->second.mapped;
-    it->second.epoch = std::max(it->second.epoch, next->second.epoch);
     blocks_.erase(next);
   }
   if (it != blocks_.begin()) {
@@ -78,7 +74,6 @@ block_map::iterator block_map::release(iterator it, std::uint64_t epoch) {
       erase_free(prev);
       prev->second.size += it->second.size;
       prev->second.mapped = prev->second.mapped && it->second.mapped;
-      prev->second.epoch = std::max(prev->second.epoch, it->second.epoch);
       blocks_.erase(it);
       it = prev;
     }

@@ -5,12 +5,9 @@
 // on events before reuse). Free blocks never touch each other: a freed block
 // merges with free neighbours at once.
 //
-// Each free block carries two facts the page layer needs:
-//   - `mapped`: every page overlapping the block is mapped (so allocating
-//     from it needs no page work). A conservative flag: false may still mean
-//     all pages are mapped, never the reverse.
-//   - `epoch`: the arena epoch of the latest free merged into it; its pages
-//     are idle (safe to unmap) once the arena's stream completed that epoch.
+// Each free block carries `mapped`: every page overlapping the block is
+// mapped, so allocating from it needs no page work. A conservative flag:
+// false may still mean all pages are mapped, never the reverse.
 //
 // Cost: allocate and release are O(log n) in the number of blocks; node
 // memory comes from a pool owned by the map, so after warm-up they make no
@@ -33,7 +30,6 @@ enum class block_state : std::uint8_t { free, allocated, pending };
 struct block_info {
   std::size_t size = 0;
   std::size_t requested = 0;  // allocated/pending: the caller's size
-  std::uint64_t epoch = 0;    // free: see above
   block_state state = block_state::free;
   bool mapped = false;  // free: see above; allocated/pending: always true
 };
@@ -62,9 +58,9 @@ class block_map {
   /// Marks an allocated block pending (freed, waiting on events).
   void set_pending(iterator it) { it->second.state = block_state::pending; }
 
-  /// Frees an allocated or pending block at `epoch`, merging with free
-  /// neighbours (mapped = AND, epoch = max). Returns the merged free block.
-  iterator release(iterator it, std::uint64_t epoch);
+  /// Frees an allocated or pending block, merging with free neighbours
+  /// (mapped = AND). Returns the merged free block.
+  iterator release(iterator it);
 
   /// Sets the `mapped` flag of free block `it`: false after pages were
   /// taken away, true when the caller checked every page is mapped.

@@ -38,7 +38,9 @@ strata_status no_allocator(strata_allocator* a) {
               a == nullptr ? "null allocator handle" : "the allocator was destroyed");
 }
 
-strata_status to_c(const strata::status& s) { return s.ok() ? STRATA_OK : fail(s); }
+strata_status to_c(const strata::status& s) {
+  return s.ok() ? STRATA_OK : fail(s);
+}
 
 strata_status copy_out(const std::string& text, char** out) {
   if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
@@ -57,7 +59,9 @@ const char* strata_error_string(strata_status code) {
   return strata::errc_name(static_cast<strata::errc>(code));
 }
 
-const char* strata_last_error_message(void) { return last_error.c_str(); }
+const char* strata_last_error_message(void) {
+  return last_error.c_str();
+}
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
   if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
@@ -175,6 +179,8 @@ strata_status strata_snapshot_json(strata_allocator* a, char** out) {
   return impl != nullptr ? copy_out(impl->snapshot_json(), out) : no_allocator(a);
 }
 
-void strata_string_free(char* s) { std::free(s); }  // NOLINT(cppcoreguidelines-no-malloc)
+void strata_string_free(char* s) {
+  std::free(s);
+}  // NOLINT(cppcoreguidelines-no-malloc)
 
 }  // extern "C"

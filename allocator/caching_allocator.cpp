@@ -12,7 +12,9 @@ namespace {
 
 constexpr std::size_t max_request = std::size_t{1} << 60;
 
-stat_pool pool_of(pool_kind k) { return k == pool_kind::small ? pool_small : pool_large; }
+stat_pool pool_of(pool_kind k) {
+  return k == pool_kind::small ? pool_small : pool_large;
+}
 
 }  // namespace
 
@@ -38,15 +40,14 @@ result<std::unique_ptr<caching_allocator>> caching_allocator::create(
       new caching_allocator(std::move(dev), options, info->total));
 }
 
-caching_allocator::caching_allocator(std::unique_ptr<device> dev,
-                                     const allocator_options& options, std::size_t total)
+caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
+                                     std::size_t total)
     : dev_(std::move(dev)),
       options_(options),
       granularity_(dev_->granularity()),
       total_(total),
       limit_(static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
-      arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_),
-                                         64) *
+      arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_), 64) *
                    granularity_),
       classes_(std::min<std::size_t>(options.small_size, granularity_ / 8) & ~std::size_t{511}),
       events_(*dev_) {}
@@ -92,10 +93,10 @@ result<caching_allocator::stream_state*> caching_allocator::state_for(void* nati
     }
     auto st = std::make_unique<stream_state>();
     st->stream = *stream;
-    st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base,
-                                               arena_bytes_, granularity_);
-    st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base,
-                                               arena_bytes_, granularity_);
+    st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base, arena_bytes_,
+                                               granularity_);
+    st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base, arena_bytes_,
+                                               granularity_);
     arenas_.push_back(st->small.get());
     arenas_.push_back(st->large.get());
     if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
@@ -123,8 +124,8 @@ result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
   auto st = state_for(native);
   if (!st) return st.error();
   if (bytes > max_request) return out_of_memory(bytes, (*st)->stream);
-  auto p = bytes <= classes_.slab_limit() ? allocate_small(**st, bytes)
-                                          : allocate_large(**st, bytes);
+  auto p =
+      bytes <= classes_.slab_limit() ? allocate_small(**st, bytes) : allocate_large(**st, bytes);
   refresh_derived_stats();
   return p;
 }
@@ -183,9 +184,10 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
     if (mapped) return it;  // fast path: a cached block
     status backed = back_range(arena, it->first, size, may_grow);
     if (backed.ok()) return it;
-    arena.blocks().release(it, 0);  // never used: nothing queued on it
+    // Never used, so nothing is queued on it; some of its pages may be unmapped.
+    arena.blocks().set_mapped(arena.blocks().release(it), false);
     if (backed.code() != errc::out_of_memory) return backed;
-    auto progressed = relieve_shortage();
+    auto progressed = relieve_shortage(may_grow);
     if (!progressed) return progressed.error();
     if (!*progressed) {
       if (may_grow) break;
@@ -194,6 +196,32 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
     ++stats_.num_alloc_retries;
   }
   return out_of_memory(requested, st.stream);
+}
+
+void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab& s) {
+  unlink_slab(st, s);
+  arena.set_slab(arena.page_of(s.base), nullptr);
+  arena.mark_freed(s.base, granularity_);
+  arena.blocks().release(arena.blocks().find_in_use(s.base));
+  delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
+std::size_t caching_allocator::drop_empty_slabs() {
+  std::size_t dropped = 0;
+  for (auto& [native, st] : streams_) {
+    for (std::size_t c = 0; c < classes_.count(); ++c) {
+      for (slab* s = st->partial[c].head; s != nullptr;) {
+        slab* next = s->next;
+        if (s->empty()) {
+          destroy_slab(*st, *st->small, *s);
+          ++dropped;
+        }
+        s = next;
+      }
+      st->empty_slabs[c] = 0;
+    }
+  }
+  return dropped;
 }
 
 void caching_allocator::link_slab(stream_state& st, slab& s) {
@@ -251,7 +279,8 @@ void caching_allocator::count_free_request(const located& where) {
   if (where.s != nullptr) {
     stats_.allocation.add(pool_small, -1);
     stats_.allocated_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->object_size));
-    stats_.requested_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->requested[where.index]));
+    stats_.requested_bytes.add(pool_small,
+                               -static_cast<std::int64_t>(where.s->requested[where.index]));
     where.s->retire(where.index);
     return;
   }
@@ -316,7 +345,6 @@ status caching_allocator::record_stream(void* ptr, void* native) {
 // Returns a freed block (whose free was already counted) to its arena, where
 // its own stream may reuse it at once.
 void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr) {
-  arena.note_free();
   if (arena.kind() == pool_kind::small) {
     slab& s = *arena.slab_at(arena.page_of(addr));
     const auto i = static_cast<std::uint32_t>(s.index_of(addr));
@@ -330,11 +358,7 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
       ++st.empty_slabs[s.size_class];  // keep one empty slab per class
       return;
     }
-    unlink_slab(st, s);
-    arena.set_slab(arena.page_of(s.base), nullptr);
-    auto it = arena.blocks().find_in_use(s.base);
-    arena.blocks().release(it, arena.open_epoch());
-    delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
+    destroy_slab(st, arena, s);
     maybe_release();
     return;
   }
@@ -343,7 +367,8 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
   stats_.active.add(pool, -1);
   stats_.active_bytes.add(pool, -static_cast<std::int64_t>(b.size));
-  arena.blocks().release(it, arena.open_epoch());
+  arena.mark_freed(it->first, b.size);
+  arena.blocks().release(it);
   maybe_release();
 }
 
@@ -373,16 +398,15 @@ status caching_allocator::out_of_memory(std::size_t bytes, stream_handle stream)
   ++stats_.num_ooms;
   auto info = dev_->get_memory_info();
   const std::size_t held = held_pages_ * granularity_;
-  std::string msg = "out of memory: cannot allocate " + format_bytes(bytes) + " (" +
-                    std::to_string(bytes) + " bytes) on stream " +
-                    std::to_string(reinterpret_cast<std::uintptr_t>(stream.native)) +
-                    ". Device capacity " + format_bytes(total_) + ", device free " +
-                    (info ? format_bytes(info->free) : std::string("unknown")) +
-                    ", allocator limit " + format_bytes(limit_) + "; allocated " +
-                    format_bytes(static_cast<std::uint64_t>(
-                        stats_.allocated_bytes[pool_all].current)) +
-                    ", reserved " + format_bytes(held) + " (" +
-                    format_bytes(idle_pages_.size() * granularity_) + " idle in the page pool)";
+  std::string msg =
+      "out of memory: cannot allocate " + format_bytes(bytes) + " (" + std::to_string(bytes) +
+      " bytes) on stream " + std::to_string(reinterpret_cast<std::uintptr_t>(stream.native)) +
+      ". Device capacity " + format_bytes(total_) + ", device free " +
+      (info ? format_bytes(info->free) : std::string("unknown")) + ", allocator limit " +
+      format_bytes(limit_) + "; allocated " +
+      format_bytes(static_cast<std::uint64_t>(stats_.allocated_bytes[pool_all].current)) +
+      ", reserved " + format_bytes(held) + " (" + format_bytes(idle_pages_.size() * granularity_) +
+      " idle in the page pool)";
   if (bytes > limit_) msg += ". The request alone exceeds the allocator limit";
   return {errc::out_of_memory, std::move(msg)};
 }
@@ -409,17 +433,17 @@ void caching_allocator::reset_peak_stats() {
 }
 
 status caching_allocator::empty_cache() {
-  std::lock_guard lock(mu_);
-  if (auto s = wait_for_everything(); !s) return s;
-  auto s = release_idle(0);
-  refresh_derived_stats();
-  return s;
+  return trim(0);
 }
 
 status caching_allocator::trim(std::size_t keep_bytes) {
   std::lock_guard lock(mu_);
-  auto reclaimed = reclaim_completed();
-  if (!reclaimed) return reclaimed.error();
+  // Pending frees may empty slabs, and dropped slabs free pages in the open
+  // epoch: wait, drop, wait again, then release.
+  if (auto s = wait_for_everything(); !s) return s;
+  if (drop_empty_slabs() > 0) {
+    if (auto s = wait_for_everything(); !s) return s;
+  }
   auto s = release_idle(keep_bytes);
   refresh_derived_stats();
   return s;

@@ -41,9 +41,9 @@
 #include "event_pool.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
-#include "stream_arena.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
+#include "stream_arena.hpp"
 
 namespace strata {
 
@@ -77,11 +77,11 @@ class caching_allocator {
   /// The free of `ptr` also waits for work queued on `stream` up to the free.
   status record_stream(void* ptr, void* stream);
 
-  /// Waits for pending frees and idle pages, then returns every idle page to
-  /// the device.
+  /// trim(0): returns every page not backing a live block to the device.
   status empty_cache();
-  /// Returns idle pages that need no waiting until at most `keep_bytes` of
-  /// idle pages remain.
+  /// Waits for pending frees and for the streams that still have work on
+  /// freed memory, then returns idle pages to the device until at most
+  /// `keep_bytes` of them remain cached.
   status trim(std::size_t keep_bytes);
   /// Limits the bytes held to `fraction` (0, 1] of the device's memory.
   status set_memory_fraction(double fraction);
@@ -123,9 +123,9 @@ class caching_allocator {
   struct located {
     stream_state* owner = nullptr;
     stream_arena* arena = nullptr;
-    slab* s = nullptr;             // small
-    std::uint32_t index = 0;       // small
-    block_map::iterator block{};   // large
+    slab* s = nullptr;            // small
+    std::uint32_t index = 0;      // small
+    block_map::iterator block{};  // large
   };
 
   caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
@@ -144,6 +144,9 @@ class caching_allocator {
                                     std::size_t requested);
   void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
   void unlink_slab(stream_state& st, slab& s);
+  void destroy_slab(stream_state& st, stream_arena& arena, slab& s);
+  // Destroys every slab with no live object; returns how many.
+  std::size_t drop_empty_slabs();
   void link_slab(stream_state& st, slab& s);
   void count_free_request(const located& where);
   void refresh_derived_stats();
@@ -153,17 +156,16 @@ class caching_allocator {
   // Maps a page under every unmapped page of [addr, addr+bytes): idle pages
   // first, new ones only if `may_create`. out_of_memory when short.
   status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
-  std::size_t take_idle_pages(std::size_t wanted, stream_arena* first,
-                              std::vector<page_run>& out);
+  std::size_t take_idle_pages(std::size_t wanted, stream_arena* first, std::vector<page_run>& out);
   status create_pages(std::size_t wanted, std::vector<page_run>& out);
   status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
                    std::vector<page_run>& pages);
   void unmap_page(stream_arena& arena, std::size_t index);
   status release_idle(std::size_t keep_bytes);
   void maybe_release();
-  // Reclaims completed frees, else waits for pending ones; true if memory
-  // may have come free.
-  result<bool> relieve_shortage();
+  // Reclaims completed frees, else waits for pending ones (and, under
+  // `pressure`, gives up cached empty slabs); true if memory may have come free.
+  result<bool> relieve_shortage(bool pressure);
   [[nodiscard]] bool anything_waiting();
   status wait_for_everything();
 
@@ -180,15 +182,15 @@ class caching_allocator {
   std::unique_ptr<device> dev_;
   allocator_options options_;
   std::size_t granularity_;
-  std::size_t total_;         // device memory, bytes
-  std::size_t limit_;         // bytes the allocator may hold
-  std::size_t arena_bytes_;   // virtual range reserved per arena
+  std::size_t total_;        // device memory, bytes
+  std::size_t limit_;        // bytes the allocator may hold
+  std::size_t arena_bytes_;  // virtual range reserved per arena
   size_classes classes_;
   event_pool events_;
   allocator_stats stats_;
 
-  std::vector<page_run> idle_pages_;  // the page pool: unmapped, no queued work
-  std::size_t held_pages_ = 0;        // pages created and not released
+  std::vector<page_run> idle_pages_;           // the page pool: unmapped, no queued work
+  std::size_t held_pages_ = 0;                 // pages created and not released
   std::array<std::size_t, 2> mapped_bytes_{};  // by pool_kind
 
   std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
@@ -202,7 +204,6 @@ class caching_allocator {
   std::vector<pending_free> pending_;
   std::vector<pending_free> open_batch_;
   std::deque<sealed_batch> sealed_batches_;
-  std::size_t next_release_check_ = 0;
 };
 
 }  // namespace strata

@@ -13,9 +13,9 @@ namespace strata {
 
 status caching_allocator::defer_free(const located& where, stream_handle free_stream,
                                      bool device_wide) {
-  const auto addr = where.s != nullptr
-                        ? where.s->base + static_cast<std::uintptr_t>(where.index) * where.s->object_size
-                        : where.block->first;
+  const auto addr = where.s != nullptr ? where.s->base + static_cast<std::uintptr_t>(where.index) *
+                                                             where.s->object_size
+                                       : where.block->first;
   pending_free p{where.owner, where.arena, addr, {}};
   auto rec = recorded_streams_.find(addr);
   if (!device_wide) {
@@ -23,7 +23,8 @@ status caching_allocator::defer_free(const located& where, stream_handle free_st
     if (free_stream != where.owner->stream) streams.push_back(free_stream);
     if (rec != recorded_streams_.end()) {
       for (auto s : rec->second) {
-        if (s != where.owner->stream && std::find(streams.begin(), streams.end(), s) == streams.end()) {
+        if (s != where.owner->stream &&
+            std::find(streams.begin(), streams.end(), s) == streams.end()) {
           streams.push_back(s);
         }
       }

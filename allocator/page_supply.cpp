@@ -6,6 +6,7 @@
 // within the allocator's limit. A page is unmapped only when its arena's
 // stream has finished every epoch that freed memory on it.
 #include <algorithm>
+#include <limits>
 
 #include "caching_allocator.hpp"
 
@@ -13,12 +14,14 @@ namespace strata {
 
 namespace {
 
-stat_pool pool_of(pool_kind k) { return k == pool_kind::small ? pool_small : pool_large; }
+stat_pool pool_of(pool_kind k) {
+  return k == pool_kind::small ? pool_small : pool_large;
+}
 
 }  // namespace
 
-status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr,
-                                     std::size_t bytes, bool may_create) {
+status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
+                                     bool may_create) {
   std::vector<std::size_t> needed;
   for (std::size_t i = arena.page_of(addr); i <= arena.page_of(addr + bytes - 1); ++i) {
     if (!arena.is_mapped(i)) needed.push_back(i);
@@ -52,14 +55,14 @@ std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena*
     for (auto it = a.blocks().begin(); it != a.blocks().end() && out.size() - start < wanted;
          ++it) {
       const block_info& b = it->second;
-      if (b.state != block_state::free || !a.idle(b.epoch)) continue;
+      if (b.state != block_state::free) continue;
       const std::size_t from = (it->first - a.base() + g - 1) / g;
       const std::size_t to = (it->first + b.size - a.base()) / g;
       bool took = false;
       for (std::size_t i = a.next_mapped(from, to); i < to && out.size() - start < wanted;
            i = a.next_mapped(i + 1, to)) {
         const page_run run = a.page(i);
-        if (!dev_->unmap(a.page_addr(i), g)) continue;  // stays mapped; try another page
+        if (!a.page_idle(i) || !dev_->unmap(a.page_addr(i), g)) continue;
         a.set_page(i, {});
         mapped_bytes_[static_cast<std::size_t>(a.kind())] -= g;
         stats_.segment[pool_of(a.kind())].decrease(1);
@@ -136,21 +139,22 @@ status caching_allocator::release_idle(std::size_t keep_bytes) {
 
 void caching_allocator::maybe_release() {
   if (options_.release_threshold == std::numeric_limits<std::uint64_t>::max()) return;
-  const auto idle = [&] {
-    const std::int64_t mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
-    const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
-    return idle_pages_.size() * granularity_ + static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));
-  };
-  const std::size_t before = idle();
-  if (before <= options_.release_threshold || before < next_release_check_) return;
+  const std::int64_t mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
+  const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
+  const std::size_t idle = idle_pages_.size() * granularity_ +
+                           static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));
+  if (idle <= options_.release_threshold) return;
+  // Close the open epochs so the pages freed in them become idle once their
+  // streams get there; what is idle now goes back.
+  for (stream_arena* a : arenas_) (void)a->seal(*dev_, events_);
   (void)release_idle(options_.release_threshold);
-  next_release_check_ = std::max<std::size_t>(idle(), options_.release_threshold) + granularity_;
 }
 
-result<bool> caching_allocator::relieve_shortage() {
+result<bool> caching_allocator::relieve_shortage(bool pressure) {
   auto reclaimed = reclaim_completed();
   if (!reclaimed) return reclaimed.error();
   if (*reclaimed) return true;
+  if (pressure && drop_empty_slabs() > 0) return true;
   if (!anything_waiting()) return false;
   if (auto s = wait_for_everything(); !s) return s;
   return true;

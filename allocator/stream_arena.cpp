@@ -12,7 +12,14 @@ stream_arena::stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t 
       blocks_(base, bytes),
       pages_(bytes / granularity),
       mapped_bits_((bytes / granularity + 63) / 64, 0),
+      page_epoch_(bytes / granularity, 0),
       slabs_(kind == pool_kind::small ? bytes / granularity : 0, nullptr) {}
+
+void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
+  const std::size_t last = page_of(addr + bytes - 1);
+  for (std::size_t i = page_of(addr); i <= last; ++i) page_epoch_[i] = open_;
+  dirty_ = true;
+}
 
 void stream_arena::set_page(std::size_t i, page_run run) noexcept {
   const bool was = pages_[i].id != 0;

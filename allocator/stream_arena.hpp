@@ -2,12 +2,12 @@
 // physical pages are mapped on demand, the blocks carved from it, and the
 // epochs that say when freed pages are idle.
 //
-// Epochs: a block freed on the arena's stream is stamped with the open epoch
-// (no device call). `seal` records one event on the stream closing the open
-// epoch; `poll` advances `completed` as those events finish. A free block
-// whose epoch is <= completed has no queued work left on it: its pages may
-// be unmapped. Reuse at the same address needs no epoch: the stream's own
-// order protects it.
+// Epochs: the pages under a block freed on the arena's stream are stamped
+// with the open epoch (no device call). `seal` records one event on the
+// stream closing the open epoch; `poll` advances `completed` as those events
+// finish. A page whose epoch is <= completed has no queued work left on it:
+// it may be unmapped. Reuse at the same address needs no epoch: the stream's
+// own order protects it.
 //
 // Invariants: `pages_[i]` is the page run mapped at page i (id 0 = none);
 // every page overlapping an allocated or pending block is mapped.
@@ -67,8 +67,13 @@ class stream_arena {
   // --- epochs --------------------------------------------------------------
   /// The epoch a free made now belongs to.
   [[nodiscard]] std::uint64_t open_epoch() const noexcept { return open_; }
-  /// Notes that something was freed in the open epoch.
-  void note_free() noexcept { dirty_ = true; }
+  /// Stamps the pages under [addr, addr+bytes), just freed, with the open
+  /// epoch. Cost: one store per page.
+  void mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept;
+  /// True when no queued work of the arena's stream can touch page i.
+  [[nodiscard]] bool page_idle(std::size_t i) const noexcept {
+    return page_epoch_[i] <= completed_;
+  }
   [[nodiscard]] bool idle(std::uint64_t epoch) const noexcept { return epoch <= completed_; }
   /// True while some free is not yet known to be idle.
   [[nodiscard]] bool has_busy_epochs() const noexcept { return dirty_ || !sealed_.empty(); }
@@ -94,6 +99,7 @@ class stream_arena {
   block_map blocks_;
   std::vector<page_run> pages_;
   std::vector<std::uint64_t> mapped_bits_;
+  std::vector<std::uint64_t> page_epoch_;
   std::vector<slab*> slabs_;
   std::size_t mapped_pages_ = 0;
   std::uint64_t open_ = 1;

@@ -1,0 +1,281 @@
+// The allocator's contract on the sim device: sizes, alignment, bad input,
+// out-of-memory reports, cache control, stats and reports.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "allocator/allocator_fixture.hpp"
+
+namespace strata::testing {
+namespace {
+
+TEST(Allocator, SizesAlignmentAndZero) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  auto zero = a->malloc(0);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(*zero, nullptr);
+  EXPECT_TRUE(a->free(nullptr).ok());
+  std::vector<void*> ptrs;
+  for (std::size_t size : {1u, 100u, 512u, 513u, 4097u, 65536u, 300000u, 1u << 20, (1u << 20) + 1,
+                           5u << 20, 33u << 20}) {
+    auto p = a->malloc(size);
+    ASSERT_TRUE(p.ok()) << size << ": " << p.error().to_string();
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(*p) % 512, 0u) << size;
+    fill(*p, size, static_cast<std::uint32_t>(size));
+    ptrs.push_back(*p);
+  }
+  std::size_t i = 0;
+  for (std::size_t size : {1u, 100u, 512u, 513u, 4097u, 65536u, 300000u, 1u << 20, (1u << 20) + 1,
+                           5u << 20, 33u << 20}) {
+    EXPECT_TRUE(holds(ptrs[i], size, static_cast<std::uint32_t>(size))) << size;
+    EXPECT_TRUE(a->free(ptrs[i++]).ok());
+  }
+  EXPECT_EQ(stat_of(*a, "allocation.all.current"), 0);
+  EXPECT_EQ(stat_of(*a, "allocated_bytes.all.current"), 0);
+}
+
+TEST(Allocator, RoundingFollowsTheDocumentedRule) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  const auto allocated_after = [&](std::size_t size) {
+    auto p = a->malloc_async(size, nullptr);
+    EXPECT_TRUE(p.ok());
+    const auto bytes = stat_of(*a, "allocated_bytes.all.current");
+    EXPECT_TRUE(a->free_async(*p, nullptr).ok());
+    return bytes;
+  };
+  EXPECT_EQ(allocated_after(1), 512);
+  EXPECT_EQ(allocated_after(1500), 1536);
+  EXPECT_EQ(allocated_after(2049), 2560);
+  EXPECT_EQ(allocated_after(100000), 114688);  // class 112 KiB
+  EXPECT_EQ(allocated_after(300000), 300032);  // above the slab limit: 512-byte multiple
+  EXPECT_EQ(allocated_after((1u << 20) + 1), (1 << 20) + 512);
+}
+
+TEST(Allocator, ForeignAndDoubleFreesAreErrorsThatChangeNothing) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  auto small = a->malloc(1000);
+  auto large = a->malloc(3 << 20);
+  ASSERT_TRUE(small.ok() && large.ok());
+  const auto before = a->stats().to_map();
+  int local = 0;
+  auto foreign = a->free(&local);
+  EXPECT_EQ(foreign.code(), errc::invalid_argument);
+  EXPECT_NE(foreign.message().find("not a live allocation"), std::string::npos);
+  auto inside = a->free(static_cast<char*>(*large) + 512);
+  EXPECT_EQ(inside.code(), errc::invalid_argument);
+  auto inside_small = a->free(static_cast<char*>(*small) + 8);
+  EXPECT_EQ(inside_small.code(), errc::invalid_argument);
+  EXPECT_EQ(a->stats().to_map(), before) << "a refused free changed the stats";
+  EXPECT_TRUE(a->free(*small).ok());
+  EXPECT_TRUE(a->free_async(*large, nullptr).ok());
+  EXPECT_EQ(a->free(*small).code(), errc::invalid_argument) << "double free accepted";
+  EXPECT_EQ(a->free_async(*large, nullptr).code(), errc::invalid_argument);
+  EXPECT_EQ(a->record_stream(*large, nullptr).code(), errc::invalid_argument);
+}
+
+TEST(Allocator, UnknownStreamsAreErrors) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  int not_a_stream = 0;
+  auto p = a->malloc_async(4096, &not_a_stream);
+  EXPECT_EQ(p.code(), errc::invalid_argument);
+  auto q = a->malloc_async(4096, nullptr);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(a->free_async(*q, &not_a_stream).code(), errc::invalid_argument);
+  EXPECT_EQ(a->record_stream(*q, &not_a_stream).code(), errc::invalid_argument);
+  EXPECT_TRUE(a->free_async(*q, nullptr).ok()) << "the refused calls must leave the block live";
+}
+
+TEST(Allocator, OutOfMemoryReportsTheNumbersAndKeepsWorking) {
+  auto a = make_allocator("sim:capacity=32MiB");
+  ASSERT_TRUE(a);
+  auto huge = a->malloc(std::size_t{1} << 40);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.code(), errc::out_of_memory);
+  const std::string& m = huge.error().message();
+  for (const char* part : {"1 TiB", "1099511627776 bytes", "capacity 32 MiB", "allocated",
+                           "reserved", "exceeds the allocator limit"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << part << " missing from: " << m;
+  }
+  auto absurd = a->malloc(static_cast<std::size_t>(-1));
+  EXPECT_EQ(absurd.code(), errc::out_of_memory);
+  std::vector<void*> held;
+  while (true) {
+    auto p = a->malloc(4 << 20);
+    if (!p) {
+      EXPECT_EQ(p.code(), errc::out_of_memory);
+      break;
+    }
+    held.push_back(*p);
+  }
+  EXPECT_EQ(held.size(), 8u);
+  EXPECT_EQ(stat_of(*a, "num_ooms"), 3);
+  for (void* p : held) EXPECT_TRUE(a->free(p).ok());
+  auto again = a->malloc(16 << 20);
+  EXPECT_TRUE(again.ok()) << "memory freed device-wide was not reusable: "
+                          << again.error().to_string();
+  EXPECT_GE(stat_of(*a, "num_sync_all_streams"), 0);
+}
+
+TEST(Allocator, MemoryFractionLimitsWhatIsHeld) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->set_memory_fraction(0.0).code(), errc::invalid_argument);
+  EXPECT_EQ(a->set_memory_fraction(1.5).code(), errc::invalid_argument);
+  ASSERT_TRUE(a->set_memory_fraction(0.25).ok());
+  auto fits = a->malloc(16 << 20);
+  ASSERT_TRUE(fits.ok());
+  auto over = a->malloc(2 << 20);
+  EXPECT_EQ(over.code(), errc::out_of_memory);
+  EXPECT_NE(over.error().message().find("limit 16 MiB"), std::string::npos)
+      << over.error().message();
+  ASSERT_TRUE(a->set_memory_fraction(1.0).ok());
+  EXPECT_TRUE(a->malloc(2 << 20).ok());
+}
+
+TEST(Allocator, EmptyCacheAndTrimReturnIdlePages) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 6; ++i) ptrs.push_back(*a->malloc_async(4 << 20, nullptr));
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 24 << 20);
+  for (void* p : ptrs) ASSERT_TRUE(a->free_async(p, nullptr).ok());
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 24 << 20) << "pages are cached";
+  ASSERT_TRUE(a->trim(8 << 20).ok());
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 8 << 20);
+  ASSERT_TRUE(a->empty_cache().ok());
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 0);
+  auto info = a->dev().get_memory_info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->free, info->total);
+  EXPECT_EQ(stat_of(*a, "num_device_free"), 12);
+}
+
+TEST(Allocator, ReleaseThresholdReturnsPagesAboveIt) {
+  allocator_options o;
+  o.release_threshold = 4 << 20;
+  auto a = make_allocator("sim:capacity=64MiB", o);
+  ASSERT_TRUE(a);
+  auto p = a->malloc_async(20 << 20, nullptr);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(a->free_async(*p, nullptr).ok());
+  // The stream has no queued work, so its pages become idle as soon as the
+  // next release check polls its epoch.
+  ASSERT_TRUE(a->dev().synchronize().ok());
+  auto q = a->malloc_async(1 << 20 | 1, nullptr);
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE(a->free_async(*q, nullptr).ok());
+  EXPECT_LE(stat_of(*a, "reserved_bytes.all.current"), (4 << 20) + (2 << 20));
+}
+
+TEST(Allocator, StatsFollowPytorchNames) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  auto s = a->malloc(1000);
+  auto l = a->malloc(3 << 20);
+  ASSERT_TRUE(s.ok() && l.ok());
+  auto m = a->stats().to_map();
+  EXPECT_EQ(m.at("allocation.small_pool.current"), 1);
+  EXPECT_EQ(m.at("allocation.large_pool.current"), 1);
+  EXPECT_EQ(m.at("allocated_bytes.small_pool.current"), 1024);
+  EXPECT_EQ(m.at("allocated_bytes.large_pool.current"), 3 << 20);
+  EXPECT_EQ(m.at("requested_bytes.all.current"), 1000 + (3 << 20));
+  EXPECT_EQ(m.at("reserved_bytes.all.current"), 6 << 20);  // one slab page + two large pages
+  EXPECT_EQ(m.at("num_device_alloc"), 3);
+  for (const char* key :
+       {"segment.all.peak", "active.large_pool.allocated", "inactive_split_bytes.all.current",
+        "num_alloc_retries", "num_sync_all_streams", "num_device_free"}) {
+    EXPECT_TRUE(m.contains(key)) << key;
+  }
+  ASSERT_TRUE(a->free(*s).ok());
+  ASSERT_TRUE(a->free(*l).ok());
+  m = a->stats().to_map();
+  EXPECT_EQ(m.at("allocated_bytes.all.current"), 0);
+  EXPECT_EQ(m.at("allocated_bytes.all.peak"), 1024 + (3 << 20));
+  EXPECT_EQ(m.at("active_bytes.all.current"), 1024 + (3 << 20)) << "device-wide frees are pending";
+  a->reset_peak_stats();
+  EXPECT_EQ(stat_of(*a, "allocated_bytes.all.peak"), 0);
+}
+
+TEST(Allocator, SummaryAndSnapshotDescribeTheState) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  auto p = a->malloc(5 << 20);
+  ASSERT_TRUE(p.ok());
+  const std::string summary = a->memory_summary();
+  for (const char* part : {"Strata memory summary", "Allocated memory", "GPU reserved memory",
+                           "from large pool", "5 MiB", "OOMs: 0"}) {
+    EXPECT_NE(summary.find(part), std::string::npos) << part << "\n" << summary;
+  }
+  const std::string snap = a->snapshot_json();
+  for (const char* part : {"\"arenas\":[", "\"state\":\"allocated\"", "\"size\":5242880",
+                           "\"requested\":5242880", "\"mapped_pages\":[{\"first\":0,\"count\":3}]",
+                           "\"allocated_bytes.all.current\":5242880"}) {
+    EXPECT_NE(snap.find(part), std::string::npos) << part << "\n" << snap;
+  }
+}
+
+TEST(AllocatorConf, ParsesKeysAndDeviceSpecsWithCommas) {
+  auto o = parse_allocator_conf(
+      "device:sim:capacity=1GiB,granularity=2MiB,release_threshold:64MiB,small_size:512KiB,"
+      "memory_fraction:0.5,wait_before_grow:false");
+  ASSERT_TRUE(o.ok()) << o.error().to_string();
+  EXPECT_EQ(o->device, "sim:capacity=1GiB,granularity=2MiB");
+  EXPECT_EQ(o->release_threshold, 64u << 20);
+  EXPECT_EQ(o->small_size, 512u << 10);
+  EXPECT_DOUBLE_EQ(o->memory_fraction, 0.5);
+  EXPECT_FALSE(o->wait_before_grow);
+}
+
+TEST(AllocatorConf, BadConfNamesTheKey) {
+  struct bad {
+    const char* conf;
+    const char* says;
+  };
+  for (const auto& b :
+       {bad{"colour:blue", "unknown key 'colour'"}, bad{"memory_fraction:2", "'memory_fraction'"},
+        bad{"small_size:lots", "'small_size'"}, bad{"release_threshold:-1", "'release_threshold'"},
+        bad{"granularity=2MiB", "key:value"}, bad{"device:sim,device:cuda", "given twice"},
+        bad{"wait_before_grow:maybe", "true or false"},
+        bad{"memory_fraction:0.5,,", "empty item"}}) {
+    auto o = parse_allocator_conf(b.conf);
+    ASSERT_FALSE(o.ok()) << b.conf;
+    EXPECT_EQ(o.code(), errc::invalid_argument);
+    EXPECT_NE(o.error().message().find(b.says), std::string::npos)
+        << b.conf << " -> " << o.error().message();
+  }
+  auto o = parse_allocator_conf("device:sim:colour=blue");
+  ASSERT_TRUE(o.ok());
+  auto made = caching_allocator::create(*o);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message().find("'colour'"), std::string::npos);
+}
+
+TEST(Allocator, DeviceFaultsFailCleanlyAndLoseNoPage) {
+  auto dev = sim_device::create(*parse_sim_config("capacity=64MiB"));
+  ASSERT_TRUE(dev.ok());
+  sim_device* sim = dev->get();
+  auto made = caching_allocator::create(std::move(*dev), {});
+  ASSERT_TRUE(made.ok());
+  auto& a = **made;
+  sim->arm_fault(sim_fault::map, 1);
+  auto p = a.malloc(6 << 20);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.code(), errc::injected_fault);
+  EXPECT_EQ(stat_of(a, "num_device_alloc"), 3);
+  auto q = a.malloc(10 << 20);
+  EXPECT_TRUE(q.ok()) << q.error().to_string();
+  EXPECT_EQ(stat_of(a, "num_device_alloc"), 5) << "the failed call's pages were not reused";
+  EXPECT_EQ(stat_of(a, "reserved_bytes.all.current"), 10 << 20);
+  ASSERT_TRUE(a.free(*q).ok());
+  ASSERT_TRUE(a.empty_cache().ok());
+  auto info = a.dev().get_memory_info();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->free, info->total) << "a page was lost";
+}
+
+}  // namespace
+}  // namespace strata::testing
