@@ -12,7 +12,9 @@
 //                                  page pool); small/large count the pages
 //                                  mapped into arenas of that kind
 //   inactive_split(_bytes)         free blocks inside mapped pages, and the
-//                                  mapped bytes not covered by active blocks
+//                                  mapped bytes not covered by active blocks;
+//                                  derived, so their peaks are sampled when
+//                                  pages are mapped and when stats are read
 // Cost: updates are a few integer operations, no allocation.
 //
 // Thread safety: none; the allocator serializes access.

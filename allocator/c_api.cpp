@@ -1,11 +1,13 @@
 // The C API (strata.h) over caching_allocator.
 //
 // A handle is a small slot that outlives its allocator: destroy empties the
-// slot (and keeps its 8 bytes), so later calls with the handle are reported
-// as errors instead of touching freed memory.
+// slot (and keeps its 8 bytes until the process exits), so later calls with
+// the handle are reported as errors instead of touching freed memory.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <string>
 
 #include "caching_allocator.hpp"
@@ -27,6 +29,14 @@ strata_status fail(const strata::status& s) {
 strata_status fail(strata::errc code, const char* message) {
   last_error = message;
   return static_cast<strata_status>(code);
+}
+
+// Every slot ever handed out; slots are never reused or freed before exit.
+strata_allocator* new_slot() {
+  static std::mutex mu;
+  static std::deque<strata_allocator> slots;
+  std::lock_guard lock(mu);
+  return &slots.emplace_back();
 }
 
 strata::caching_allocator* get(strata_allocator* a) {
@@ -70,7 +80,7 @@ strata_status strata_allocator_create(const char* conf, strata_allocator** out) 
   if (!options) return fail(options.error());
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());
-  auto* handle = new strata_allocator;  // NOLINT(cppcoreguidelines-owning-memory): see above
+  strata_allocator* handle = new_slot();
   handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;

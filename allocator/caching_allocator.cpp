@@ -99,6 +99,8 @@ result<caching_allocator::stream_state*> caching_allocator::state_for(void* nati
                                                granularity_);
     arenas_.push_back(st->small.get());
     arenas_.push_back(st->large.get());
+    owners_.push_back(st.get());
+    owners_.push_back(st.get());
     if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
       seen_streams_.push_back(*stream);
     }
@@ -124,10 +126,7 @@ result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
   auto st = state_for(native);
   if (!st) return st.error();
   if (bytes > max_request) return out_of_memory(bytes, (*st)->stream);
-  auto p =
-      bytes <= classes_.slab_limit() ? allocate_small(**st, bytes) : allocate_large(**st, bytes);
-  refresh_derived_stats();
-  return p;
+  return bytes <= classes_.slab_limit() ? allocate_small(**st, bytes) : allocate_large(**st, bytes);
 }
 
 result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t bytes) {
@@ -244,9 +243,10 @@ void caching_allocator::unlink_slab(stream_state& st, slab& s) {
 
 result<caching_allocator::located> caching_allocator::locate(void* ptr, const char* what) {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
-  stream_arena* arena = last_arena_ != nullptr && last_arena_->contains(p) ? last_arena_ : nullptr;
-  for (std::size_t i = 0; arena == nullptr && i < arenas_.size(); ++i) {
-    if (arenas_[i]->contains(p)) arena = arenas_[i];
+  std::size_t k = last_arena_;
+  if (k >= arenas_.size() || !arenas_[k]->contains(p)) {
+    k = 0;
+    while (k < arenas_.size() && !arenas_[k]->contains(p)) ++k;
   }
   const auto bad = [&] {
     return status{errc::invalid_argument,
@@ -254,11 +254,12 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
                       ": pointer is not a live allocation of this allocator (foreign pointer, "
                       "or already freed)"};
   };
-  if (arena == nullptr) return bad();
-  last_arena_ = arena;
+  if (k == arenas_.size()) return bad();
+  last_arena_ = k;
+  stream_arena* arena = arenas_[k];
   located where;
   where.arena = arena;
-  where.owner = streams_.find(arena->stream().native)->second.get();
+  where.owner = owners_[k];
   if (arena->kind() == pool_kind::small) {
     where.s = arena->slab_at(arena->page_of(p));
     if (where.s == nullptr) return bad();
@@ -297,9 +298,7 @@ status caching_allocator::free(void* ptr) {
   std::lock_guard lock(mu_);
   auto where = locate(ptr, "free");
   if (!where) return where.error();
-  auto s = defer_free(*where, {}, true);
-  refresh_derived_stats();
-  return s;
+  return defer_free(*where, {}, true);
 }
 
 status caching_allocator::free_async(void* ptr, void* native) {
@@ -316,15 +315,10 @@ status caching_allocator::free_async(void* ptr, void* native) {
   const bool other_stream = stream != where->owner->stream;
   const bool recorded = !recorded_streams_.empty() &&
                         recorded_streams_.contains(reinterpret_cast<std::uintptr_t>(ptr));
-  status s;
-  if (other_stream || recorded) {
-    s = defer_free(*where, stream, false);
-  } else {
-    count_free_request(*where);
-    finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
-  }
-  refresh_derived_stats();
-  return s;
+  if (other_stream || recorded) return defer_free(*where, stream, false);
+  count_free_request(*where);
+  finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
+  return {};
 }
 
 status caching_allocator::record_stream(void* ptr, void* native) {

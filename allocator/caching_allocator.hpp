@@ -195,10 +195,11 @@ class caching_allocator {
 
   std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
   std::vector<stream_arena*> arenas_;
+  std::vector<stream_state*> owners_;  // owners_[i] owns arenas_[i]
   std::vector<stream_handle> seen_streams_;
   void* last_native_ = nullptr;
   stream_state* last_state_ = nullptr;
-  stream_arena* last_arena_ = nullptr;
+  std::size_t last_arena_ = 0;  // index of the arena the last pointer was in
 
   std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
   std::vector<pending_free> pending_;

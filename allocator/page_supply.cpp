@@ -22,11 +22,11 @@ stat_pool pool_of(pool_kind k) {
 
 status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
                                      bool may_create) {
+  const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
+  std::size_t i = arena.next_unmapped(arena.page_of(addr), last);
+  if (i == last) return {};  // every page is already there
   std::vector<std::size_t> needed;
-  for (std::size_t i = arena.page_of(addr); i <= arena.page_of(addr + bytes - 1); ++i) {
-    if (!arena.is_mapped(i)) needed.push_back(i);
-  }
-  if (needed.empty()) return {};
+  for (; i < last; i = arena.next_unmapped(i + 1, last)) needed.push_back(i);
   std::vector<page_run> pages;
   pages.reserve(needed.size());
   while (pages.size() < needed.size() && !idle_pages_.empty()) {
@@ -118,6 +118,7 @@ status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::
     stats_.segment[pool_of(arena.kind())].increase(1);
     stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(g));
   }
+  refresh_derived_stats();
   return {};
 }
 

@@ -6,6 +6,7 @@ slab::slab(std::uintptr_t base_addr, std::uint32_t cls, std::size_t object_bytes
            std::size_t slab_bytes)
     : base(base_addr),
       object_size(object_bytes),
+      reciprocal(~std::uint64_t{0} / object_bytes + 1),
       size_class(cls),
       capacity(static_cast<std::uint32_t>(slab_bytes / object_bytes)),
       free_count(capacity),
@@ -17,9 +18,13 @@ slab::slab(std::uintptr_t base_addr, std::uint32_t cls, std::size_t object_bytes
 }
 
 std::int64_t slab::index_of(std::uintptr_t p) const noexcept {
+  // floor(off / object_size) as a 128-bit multiply: exact while
+  // off * object_size < 2^64, far beyond any slab.
+  __extension__ using u128 = unsigned __int128;
   const std::uintptr_t off = p - base;
-  if (off % object_size != 0 || off / object_size >= capacity) return -1;
-  return static_cast<std::int64_t>(off / object_size);
+  const auto i = static_cast<std::uint64_t>((static_cast<u128>(off) * reciprocal) >> 64);
+  if (i >= capacity || i * object_size != off) return -1;
+  return static_cast<std::int64_t>(i);
 }
 
 std::uintptr_t slab::take(std::size_t bytes) noexcept {

@@ -36,6 +36,7 @@ struct slab {
 
   std::uintptr_t base;
   std::size_t object_size;
+  std::uint64_t reciprocal;  // ceil(2^64 / object_size): index_of without a divide
   std::uint32_t size_class;
   std::uint32_t capacity;
   std::uint32_t free_count;

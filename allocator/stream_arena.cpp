@@ -47,6 +47,18 @@ std::size_t stream_arena::next_mapped(std::size_t from, std::size_t to) const no
   return to;
 }
 
+std::size_t stream_arena::next_unmapped(std::size_t from, std::size_t to) const noexcept {
+  while (from < to) {
+    const std::uint64_t word = ~mapped_bits_[from / 64] >> (from % 64);
+    if (word != 0) {
+      const std::size_t found = from + static_cast<std::size_t>(std::countr_zero(word));
+      return found < to ? found : to;
+    }
+    from = (from / 64 + 1) * 64;
+  }
+  return to;
+}
+
 status stream_arena::seal(device& dev, event_pool& events) {
   if (!dirty_) return {};
   auto e = events.get();

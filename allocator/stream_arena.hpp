@@ -59,6 +59,8 @@ class stream_arena {
   [[nodiscard]] std::size_t mapped_pages() const noexcept { return mapped_pages_; }
   /// The first mapped page in [from, to), or `to`. Cost: one step per 64 pages.
   [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t to) const noexcept;
+  /// The first unmapped page in [from, to), or `to`. Same cost.
+  [[nodiscard]] std::size_t next_unmapped(std::size_t from, std::size_t to) const noexcept;
 
   /// Slab owning page i (small arenas); null if none.
   [[nodiscard]] slab* slab_at(std::size_t i) const noexcept { return slabs_[i]; }
