@@ -42,6 +42,14 @@ struct stat {
     current -= n;
     freed += n;
   }
+  /// Adds a batch of `allocated` increases and `freed` decreases whose net is
+  /// `net` (the peak only sees the net).
+  void fold(std::int64_t net, std::int64_t plus_allocated, std::int64_t plus_freed) noexcept {
+    current += net;
+    allocated += plus_allocated;
+    freed += plus_freed;
+    if (current > peak) peak = current;
+  }
   /// Moves `current` to `value`, counting the change as an increase or decrease.
   void set(std::int64_t value) noexcept {
     if (value > current) increase(value - current);

@@ -50,9 +50,13 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
       arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_), 64) *
                    granularity_),
       classes_(std::min<std::size_t>(options.small_size, granularity_ / 8) & ~std::size_t{511}),
-      events_(*dev_) {}
+      events_(*dev_),
+      serial_(thread_cache::register_allocator()) {}
 
 caching_allocator::~caching_allocator() {
+  // From here on no thread cache touches this allocator; their parked
+  // objects simply go back with it.
+  thread_cache::unregister_allocator(serial_);
   (void)dev_->synchronize();
   for (auto& p : pending_) {
     for (auto e : p.events) events_.put(e);
@@ -111,16 +115,6 @@ result<caching_allocator::stream_state*> caching_allocator::state_for(void* nati
   return last_state_;
 }
 
-result<void*> caching_allocator::malloc(std::size_t bytes) {
-  std::lock_guard lock(mu_);
-  return allocate(bytes, nullptr);
-}
-
-result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
-  std::lock_guard lock(mu_);
-  return allocate(bytes, stream);
-}
-
 result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
   if (bytes == 0) return static_cast<void*>(nullptr);
   auto st = state_for(native);
@@ -136,7 +130,7 @@ result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t by
   }
   slab& s = *st.partial[cls].head;
   if (s.empty()) --st.empty_slabs[cls];
-  const std::uintptr_t p = s.take(bytes);
+  const std::uintptr_t p = s.address(s.take(bytes));
   if (s.full()) unlink_slab(st, s);
   const auto size = static_cast<std::int64_t>(s.object_size);
   stats_.allocation.add(pool_small, 1);
@@ -195,6 +189,19 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
     ++stats_.num_alloc_retries;
   }
   return out_of_memory(requested, st.stream);
+}
+
+void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, slab& s,
+                                       std::uint32_t index) {
+  s.give(index);
+  if (!s.listed) link_slab(st, s);
+  if (!s.empty()) return;
+  if (st.empty_slabs[s.size_class] == 0) {
+    ++st.empty_slabs[s.size_class];  // keep one empty slab per class
+    return;
+  }
+  destroy_slab(st, arena, s);
+  maybe_release();
 }
 
 void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab& s) {
@@ -264,7 +271,9 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
     where.s = arena->slab_at(arena->page_of(p));
     if (where.s == nullptr) return bad();
     const std::int64_t i = where.s->index_of(p);
-    if (i < 0 || !where.s->live(static_cast<std::uint32_t>(i))) return bad();
+    if (i < 0 || where.s->state(static_cast<std::uint32_t>(i)) != object_state::live) {
+      return bad();
+    }
     where.index = static_cast<std::uint32_t>(i);
   } else {
     where.block = arena->blocks().find_in_use(p);
@@ -281,8 +290,8 @@ void caching_allocator::count_free_request(const located& where) {
     stats_.allocation.add(pool_small, -1);
     stats_.allocated_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->object_size));
     stats_.requested_bytes.add(pool_small,
-                               -static_cast<std::int64_t>(where.s->requested[where.index]));
-    where.s->retire(where.index);
+                               -static_cast<std::int64_t>(where.s->requested(where.index)));
+    where.s->set_state(where.index, object_state::pending);
     return;
   }
   const block_info& b = where.block->second;
@@ -301,9 +310,7 @@ status caching_allocator::free(void* ptr) {
   return defer_free(*where, {}, true);
 }
 
-status caching_allocator::free_async(void* ptr, void* native) {
-  if (ptr == nullptr) return {};
-  std::lock_guard lock(mu_);
+status caching_allocator::free_async_locked(void* ptr, void* native) {
   auto where = locate(ptr, "free_async");
   if (!where) return where.error();
   stream_handle stream = where->owner->stream;
@@ -330,6 +337,7 @@ status caching_allocator::record_stream(void* ptr, void* native) {
   if (*stream == where->owner->stream) return {};
   auto& list = recorded_streams_[reinterpret_cast<std::uintptr_t>(ptr)];
   if (std::find(list.begin(), list.end(), *stream) == list.end()) list.push_back(*stream);
+  recorded_any_.store(true, std::memory_order_relaxed);
   if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
     seen_streams_.push_back(*stream);
   }
@@ -341,19 +349,10 @@ status caching_allocator::record_stream(void* ptr, void* native) {
 void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr) {
   if (arena.kind() == pool_kind::small) {
     slab& s = *arena.slab_at(arena.page_of(addr));
-    const auto i = static_cast<std::uint32_t>(s.index_of(addr));
-    s.give(i);
     const auto size = static_cast<std::int64_t>(s.object_size);
     stats_.active.add(pool_small, -1);
     stats_.active_bytes.add(pool_small, -size);
-    if (!s.listed) link_slab(st, s);
-    if (!s.empty()) return;
-    if (st.empty_slabs[s.size_class] == 0) {
-      ++st.empty_slabs[s.size_class];  // keep one empty slab per class
-      return;
-    }
-    destroy_slab(st, arena, s);
-    maybe_release();
+    return_to_slab(st, arena, s, static_cast<std::uint32_t>(s.index_of(addr)));
     return;
   }
   auto it = arena.blocks().find_in_use(addr);
@@ -418,7 +417,9 @@ status caching_allocator::set_memory_fraction(double fraction) {
 allocator_stats caching_allocator::stats() {
   std::lock_guard lock(mu_);
   refresh_derived_stats();
-  return stats_;
+  allocator_stats view = stats_;
+  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc);
+  return view;
 }
 
 void caching_allocator::reset_peak_stats() {
@@ -432,6 +433,7 @@ status caching_allocator::empty_cache() {
 
 status caching_allocator::trim(std::size_t keep_bytes) {
   std::lock_guard lock(mu_);
+  if (thread_cache& tc = thread_cache::current(); tc.owned_by(this, serial_)) flush_cache(tc);
   // Pending frees may empty slabs, and dropped slabs free pages in the open
   // epoch: wait, drop, wait again, then release.
   if (auto s = wait_for_everything(); !s) return s;

@@ -43,6 +43,7 @@
 #include "slab.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
+#include "thread_cache.hpp"
 #include "stream_arena.hpp"
 
 namespace strata {
@@ -94,6 +95,10 @@ class caching_allocator {
   [[nodiscard]] std::string snapshot_json();
 
   device& dev() noexcept { return *dev_; }
+
+  /// Flushes `tc` (bound to this allocator) and unbinds it. Called by the
+  /// cache itself, without this allocator's mutex held.
+  void release_cache(thread_cache& tc);
   [[nodiscard]] const allocator_options& options() const noexcept { return options_; }
 
  private:
@@ -131,7 +136,14 @@ class caching_allocator {
   caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
                     std::size_t total);
 
-  // caching_allocator.cpp: the public paths.
+  // fast_path.cpp: the thread-cache paths and their bookkeeping.
+  void adopt_cache(thread_cache& tc, void* native_stream);
+  void flush_cache(thread_cache& tc);
+  static void fold_cache_counters(allocator_stats& s, const thread_cache& tc);
+
+  // caching_allocator.cpp: the locked paths.
+  status free_async_locked(void* ptr, void* native_stream);
+  void return_to_slab(stream_state& st, stream_arena& arena, slab& s, std::uint32_t index);
   result<void*> allocate(std::size_t bytes, void* native_stream);
   result<stream_state*> state_for(void* native_stream);
   result<located> locate(void* ptr, const char* what);
@@ -202,6 +214,9 @@ class caching_allocator {
   std::size_t last_arena_ = 0;  // index of the arena the last pointer was in
 
   std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
+  std::atomic<bool> recorded_any_{false};  // !recorded_streams_.empty(), for the fast path
+  const std::uint64_t serial_;              // this allocator's entry in the live registry
+  std::vector<thread_cache*> caches_;       // thread caches bound to this allocator
   std::vector<pending_free> pending_;
   std::vector<pending_free> open_batch_;
   std::deque<sealed_batch> sealed_batches_;

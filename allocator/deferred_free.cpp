@@ -13,9 +13,7 @@ namespace strata {
 
 status caching_allocator::defer_free(const located& where, stream_handle free_stream,
                                      bool device_wide) {
-  const auto addr = where.s != nullptr ? where.s->base + static_cast<std::uintptr_t>(where.index) *
-                                                             where.s->object_size
-                                       : where.block->first;
+  const auto addr = where.s != nullptr ? where.s->address(where.index) : where.block->first;
   pending_free p{where.owner, where.arena, addr, {}};
   auto rec = recorded_streams_.find(addr);
   if (!device_wide) {
@@ -43,7 +41,10 @@ status caching_allocator::defer_free(const located& where, stream_handle free_st
       seen_streams_.push_back(free_stream);
     }
   }
-  if (rec != recorded_streams_.end()) recorded_streams_.erase(rec);
+  if (rec != recorded_streams_.end()) {
+    recorded_streams_.erase(rec);
+    recorded_any_.store(!recorded_streams_.empty(), std::memory_order_relaxed);
+  }
   count_free_request(where);
   if (device_wide) {
     open_batch_.push_back(std::move(p));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,8 +35,16 @@ class size_classes {
   /// The largest request served from a slab.
   [[nodiscard]] std::size_t slab_limit() const noexcept { return limit_; }
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
-  /// The class of a request of 1..slab_limit() bytes. Cost: a short loop.
-  [[nodiscard]] std::uint32_t class_of(std::size_t bytes) const noexcept;
+  /// The class of a request of 1..slab_limit() bytes. Cost: a few
+  /// arithmetic operations, no loop.
+  [[nodiscard]] std::uint32_t class_of(std::size_t bytes) const noexcept {
+    if (bytes <= 2048) return static_cast<std::uint32_t>((bytes - 1) / 512);
+    // Four classes per power of two above 2 KiB: the power, then the quarter.
+    const std::size_t base = std::bit_floor(bytes - 1);
+    const auto quarter = static_cast<std::uint32_t>((bytes - 1 - base) / (base / 4));
+    const auto doublings = static_cast<std::uint32_t>(std::countr_zero(base) - 11);
+    return 4 + doublings * 4 + quarter;
+  }
   [[nodiscard]] std::size_t class_size(std::uint32_t c) const noexcept { return sizes_[c]; }
 
  private:

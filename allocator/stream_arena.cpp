@@ -8,12 +8,12 @@ stream_arena::stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t 
                            std::size_t bytes, std::size_t granularity)
     : stream_(stream),
       kind_(kind),
-      granularity_(granularity),
+      page_shift_(static_cast<unsigned>(std::countr_zero(granularity))),
       blocks_(base, bytes),
       pages_(bytes / granularity),
       mapped_bits_((bytes / granularity + 63) / 64, 0),
       page_epoch_(bytes / granularity, 0),
-      slabs_(kind == pool_kind::small ? bytes / granularity : 0, nullptr) {}
+      slabs_(kind == pool_kind::small ? new std::atomic<slab*>[bytes / granularity]() : nullptr) {}
 
 void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
   const std::size_t last = page_of(addr + bytes - 1);

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "block_map.hpp"
@@ -46,10 +48,10 @@ class stream_arena {
 
   // --- pages ---------------------------------------------------------------
   [[nodiscard]] std::size_t page_of(std::uintptr_t p) const noexcept {
-    return (p - blocks_.base()) / granularity_;
+    return (p - blocks_.base()) >> page_shift_;
   }
   [[nodiscard]] std::uintptr_t page_addr(std::size_t i) const noexcept {
-    return blocks_.base() + i * granularity_;
+    return blocks_.base() + (i << page_shift_);
   }
   [[nodiscard]] std::size_t page_count() const noexcept { return pages_.size(); }
   [[nodiscard]] const page_run& page(std::size_t i) const noexcept { return pages_[i]; }
@@ -62,9 +64,12 @@ class stream_arena {
   /// The first unmapped page in [from, to), or `to`. Same cost.
   [[nodiscard]] std::size_t next_unmapped(std::size_t from, std::size_t to) const noexcept;
 
-  /// Slab owning page i (small arenas); null if none.
-  [[nodiscard]] slab* slab_at(std::size_t i) const noexcept { return slabs_[i]; }
-  void set_slab(std::size_t i, slab* s) noexcept { slabs_[i] = s; }
+  /// Slab owning page i (small arenas); null if none. Readable without the
+  /// allocator's mutex (thread caches do); written under it.
+  [[nodiscard]] slab* slab_at(std::size_t i) const noexcept {
+    return slabs_[i].load(std::memory_order_acquire);
+  }
+  void set_slab(std::size_t i, slab* s) noexcept { slabs_[i].store(s, std::memory_order_release); }
 
   // --- epochs --------------------------------------------------------------
   /// The epoch a free made now belongs to.
@@ -97,12 +102,12 @@ class stream_arena {
 
   stream_handle stream_;
   pool_kind kind_;
-  std::size_t granularity_;
+  unsigned page_shift_;  // log2 of the granularity (a power of two)
   block_map blocks_;
   std::vector<page_run> pages_;
   std::vector<std::uint64_t> mapped_bits_;
   std::vector<std::uint64_t> page_epoch_;
-  std::vector<slab*> slabs_;
+  std::unique_ptr<std::atomic<slab*>[]> slabs_;
   std::size_t mapped_pages_ = 0;
   std::uint64_t open_ = 1;
   std::uint64_t completed_ = 0;

@@ -27,7 +27,7 @@ const char* errc_name(errc code) noexcept {
 
 std::string status::to_string() const {
   if (ok()) return "ok";
-  return std::string(errc_name(code_)) + ": " + message_;
+  return std::string(errc_name(code_)) + ": " + message();
 }
 
 }  // namespace strata

@@ -1,15 +1,16 @@
 // Error reporting for every Strata call: an error code plus a message.
 //
 // Nothing in Strata aborts the process on bad input or a failing device call;
-// every fallible call returns a `status` or a `result<T>`. A success costs no
-// heap allocation (the message string stays empty); an error allocates its
-// message once.
+// every fallible call returns a `status` or a `result<T>`. A success is two
+// words with nothing to construct or destroy (no string); an error allocates
+// its message once.
 //
 // Thread safety: `status` and `result<T>` are plain values. Distinct objects
 // may be used from different threads; one object is not synchronized.
 #pragma once
 
 #include <cassert>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,21 +42,35 @@ class [[nodiscard]] STRATA_API status {
   /// Success.
   status() noexcept = default;
   /// An error. `code` must not be `errc::ok`.
-  status(errc code, std::string message) : code_(code), message_(std::move(message)) {
+  status(errc code, std::string message)
+      : code_(code), message_(std::make_unique<std::string>(std::move(message))) {
     assert(code != errc::ok);
   }
+  status(const status& other)
+      : code_(other.code_),
+        message_(other.message_ ? std::make_unique<std::string>(*other.message_) : nullptr) {}
+  status& operator=(const status& other) {
+    if (this != &other) *this = status(other);
+    return *this;
+  }
+  status(status&&) noexcept = default;
+  status& operator=(status&&) noexcept = default;
+  ~status() = default;
 
   [[nodiscard]] bool ok() const noexcept { return code_ == errc::ok; }
   explicit operator bool() const noexcept { return ok(); }
   [[nodiscard]] errc code() const noexcept { return code_; }
   /// Empty on success.
-  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  [[nodiscard]] const std::string& message() const noexcept {
+    static const std::string none;
+    return message_ ? *message_ : none;
+  }
   /// "code_name: message", or "ok".
   [[nodiscard]] std::string to_string() const;
 
  private:
   errc code_ = errc::ok;
-  std::string message_;
+  std::unique_ptr<std::string> message_;  // null on success
 };
 
 /// A value of type T, or the error that prevented it.

@@ -1,0 +1,94 @@
+#include "thread_cache.hpp"
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "caching_allocator.hpp"
+
+namespace strata {
+
+namespace {
+
+struct registry {
+  std::mutex mu;
+  std::unordered_set<std::uint64_t> live;
+  std::uint64_t next = 1;
+};
+
+registry& the_registry() {
+  static registry r;  // never destroyed before thread caches that use it
+  return r;
+}
+
+}  // namespace
+
+thread_local thread_cache* thread_cache::current_ = nullptr;
+
+thread_cache& thread_cache::create_for_thread() {
+  // Allocated once per thread (not per call), so a dlopen'ed libstrata.so
+  // keeps its static TLS tiny. The holder flushes the cache at thread exit.
+  struct holder {
+    std::unique_ptr<thread_cache> cache = std::make_unique<thread_cache>();
+    holder(const holder&) = delete;
+    holder& operator=(const holder&) = delete;
+    holder(holder&&) = delete;
+    holder& operator=(holder&&) = delete;
+    holder() = default;
+    ~holder() {
+      current_ = nullptr;
+      cache.reset();
+    }
+  };
+  thread_local holder h;
+  current_ = h.cache.get();
+  return *current_;
+}
+
+thread_cache::~thread_cache() { detach(); }
+
+void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream,
+                        stream_arena* arena) noexcept {
+  owner_ = a;
+  serial_ = serial;
+  stream_ = stream;
+  arena_ = arena;
+  misses_ = 0;
+}
+
+void thread_cache::unbind() noexcept {
+  owner_ = nullptr;
+  serial_ = 0;
+  stream_ = nullptr;
+  arena_ = nullptr;
+  misses_ = 0;
+}
+
+std::uint64_t thread_cache::register_allocator() {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mu);
+  const std::uint64_t serial = r.next++;
+  r.live.insert(serial);
+  return serial;
+}
+
+void thread_cache::unregister_allocator(std::uint64_t serial) {
+  registry& r = the_registry();
+  std::lock_guard lock(r.mu);
+  r.live.erase(serial);
+}
+
+void thread_cache::detach() {
+  if (owner_ == nullptr) return;
+  registry& r = the_registry();
+  std::lock_guard lock(r.mu);  // the owner cannot finish dying while this is held
+  if (r.live.contains(serial_)) {
+    owner_->release_cache(*this);
+  } else {
+    drain([](const entry&) {});  // its memory went back with its allocator
+    reset_counters();
+    unbind();
+  }
+}
+
+}  // namespace strata
