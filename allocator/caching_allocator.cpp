@@ -418,7 +418,7 @@ allocator_stats caching_allocator::stats() {
   std::lock_guard lock(mu_);
   refresh_derived_stats();
   allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc);
+  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
   return view;
 }
 
@@ -433,7 +433,7 @@ status caching_allocator::empty_cache() {
 
 status caching_allocator::trim(std::size_t keep_bytes) {
   std::lock_guard lock(mu_);
-  if (thread_cache& tc = thread_cache::current(); tc.owned_by(this, serial_)) flush_cache(tc);
+  if (thread_cache& tc = thread_cache::current(); tc.owned_by(serial_)) flush_cache(tc);
   // Pending frees may empty slabs, and dropped slabs free pages in the open
   // epoch: wait, drop, wait again, then release.
   if (auto s = wait_for_everything(); !s) return s;

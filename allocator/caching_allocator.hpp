@@ -41,10 +41,11 @@
 #include "event_pool.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
+#include "spin_mutex.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
-#include "thread_cache.hpp"
 #include "stream_arena.hpp"
+#include "thread_cache.hpp"
 
 namespace strata {
 
@@ -139,7 +140,8 @@ class caching_allocator {
   // fast_path.cpp: the thread-cache paths and their bookkeeping.
   void adopt_cache(thread_cache& tc, void* native_stream);
   void flush_cache(thread_cache& tc);
-  static void fold_cache_counters(allocator_stats& s, const thread_cache& tc);
+  static void fold_cache_counters(allocator_stats& s, const thread_cache& tc,
+                                  const size_classes& classes);
 
   // caching_allocator.cpp: the locked paths.
   status free_async_locked(void* ptr, void* native_stream);
@@ -190,7 +192,7 @@ class caching_allocator {
   // allocator_report.cpp
   [[nodiscard]] std::string summary_locked();
 
-  std::mutex mu_;
+  spin_mutex mu_;
   std::unique_ptr<device> dev_;
   allocator_options options_;
   std::size_t granularity_;
@@ -215,8 +217,8 @@ class caching_allocator {
 
   std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
   std::atomic<bool> recorded_any_{false};  // !recorded_streams_.empty(), for the fast path
-  const std::uint64_t serial_;              // this allocator's entry in the live registry
-  std::vector<thread_cache*> caches_;       // thread caches bound to this allocator
+  const std::uint64_t serial_;             // this allocator's entry in the live registry
+  std::vector<thread_cache*> caches_;      // thread caches bound to this allocator
   std::vector<pending_free> pending_;
   std::vector<pending_free> open_batch_;
   std::deque<sealed_batch> sealed_batches_;

@@ -1,6 +1,5 @@
 #include "size_classes.hpp"
 
-
 namespace strata {
 
 size_classes::size_classes(std::size_t slab_limit) {

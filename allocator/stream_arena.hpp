@@ -15,9 +15,9 @@
 // Thread safety: none; the allocator serializes calls.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -70,6 +70,9 @@ class stream_arena {
     return slabs_[i].load(std::memory_order_acquire);
   }
   void set_slab(std::size_t i, slab* s) noexcept { slabs_[i].store(s, std::memory_order_release); }
+  /// The slab table itself, for thread caches that index it directly.
+  [[nodiscard]] const std::atomic<slab*>* slab_table() const noexcept { return slabs_.get(); }
+  [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
 
   // --- epochs --------------------------------------------------------------
   /// The epoch a free made now belongs to.

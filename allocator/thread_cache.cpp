@@ -1,10 +1,12 @@
 #include "thread_cache.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
 
 #include "caching_allocator.hpp"
+#include "stream_arena.hpp"
 
 namespace strata {
 
@@ -45,15 +47,34 @@ thread_cache& thread_cache::create_for_thread() {
   return *current_;
 }
 
-thread_cache::~thread_cache() { detach(); }
+thread_cache::~thread_cache() {
+  detach();
+}
 
 void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream,
-                        stream_arena* arena) noexcept {
+                        stream_arena* arena, const size_classes& classes) noexcept {
+  for (std::uint32_t c = 0; c < classes.count(); ++c) {
+    const std::size_t fit = bin_bytes / classes.class_size(c);
+    bins_[c].limit =
+        static_cast<std::uint32_t>(fit == 0 ? 1 : std::min<std::size_t>(fit, bin_capacity));
+  }
   owner_ = a;
   serial_ = serial;
   stream_ = stream;
   arena_ = arena;
+  arena_base_ = arena->base();
+  arena_bytes_ = arena->bytes();
+  page_shift_ = arena->page_shift();
+  slabs_ = arena->slab_table();
   misses_ = 0;
+}
+
+bool thread_cache::missed() noexcept {
+  if (++misses_ >= 256) return true;
+  for (const bin& b : bins_) {
+    if (b.count != 0) return false;
+  }
+  return true;  // nothing parked: re-binding costs nothing
 }
 
 void thread_cache::unbind() noexcept {
@@ -61,6 +82,9 @@ void thread_cache::unbind() noexcept {
   serial_ = 0;
   stream_ = nullptr;
   arena_ = nullptr;
+  arena_base_ = 0;
+  arena_bytes_ = 0;
+  slabs_ = nullptr;
   misses_ = 0;
 }
 

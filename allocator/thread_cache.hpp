@@ -10,8 +10,9 @@
 // Accounting: parked objects stay counted as allocated in the allocator's
 // shared counters; the cache counts what went in and out, and stats() nets
 // the two, so current values are exact. Peaks are updated on the locked path
-// and may exceed the true peak by the bytes parked in caches, at most
-// `max_bytes` per thread.
+// and may exceed the true peak by the bytes parked in caches: per class at
+// most 16 objects or 64 KiB (one object of larger classes), about 1.3 MiB
+// per thread with 2 MiB pages.
 //
 // Lifetime: a cache outlives allocators (it checks a registry of live ones
 // before touching its owner) and flushes itself into its owner when the
@@ -38,14 +39,15 @@ struct slab;
 class thread_cache {
  public:
   static constexpr std::uint32_t bin_capacity = 16;
-  static constexpr std::size_t max_bytes = std::size_t{1} << 20;
+  /// Bytes a bin may park: up to 16 objects, fewer of the larger classes.
+  static constexpr std::size_t bin_bytes = std::size_t{64} << 10;
 
   struct entry {
     std::uintptr_t addr;
     slab* s;
     std::uint32_t index;
   };
-  enum counter : std::uint8_t { allocs, frees, alloc_bytes, free_bytes, alloc_req, free_req };
+  enum counter : std::uint8_t { alloc_req, free_req };
 
   /// The calling thread's cache. Fast path: one TLS load and a branch.
   static thread_cache& current() {
@@ -60,43 +62,54 @@ class thread_cache {
   /// Flushes into the owner if it is still alive.
   ~thread_cache();
 
-  [[nodiscard]] bool bound_to(const caching_allocator* a, std::uint64_t serial,
-                              void* stream) const noexcept {
-    return owner_ == a && serial_ == serial && stream_ == stream;
+  /// Serials are never reused, so the serial alone names the allocator.
+  [[nodiscard]] bool bound_to(std::uint64_t serial, void* stream) const noexcept {
+    return serial_ == serial && stream_ == stream;
   }
-  [[nodiscard]] bool owned_by(const caching_allocator* a, std::uint64_t serial) const noexcept {
-    return owner_ == a && serial_ == serial;
-  }
+  [[nodiscard]] bool owned_by(std::uint64_t serial) const noexcept { return serial_ == serial; }
   [[nodiscard]] void* stream() const noexcept { return stream_; }
-  [[nodiscard]] bool empty() const noexcept { return parked_bytes_ == 0; }
-  [[nodiscard]] stream_arena* arena() const noexcept { return arena_; }
 
-  /// Takes a parked object of class `cls`, or returns false.
-  bool pop(std::uint32_t cls, entry& out) noexcept {
-    bin& b = bins_[cls];
-    if (b.count == 0) return false;
-    out = b.items[--b.count];
-    return true;
+  [[nodiscard]] stream_arena* arena() const noexcept { return arena_; }
+  /// The slab holding `p` if `p` lies in the bound small arena, else null.
+  /// Copies of the arena's geometry keep this to one dependent load.
+  [[nodiscard]] slab* slab_of(std::uintptr_t p) const noexcept {
+    const std::uintptr_t off = p - arena_base_;
+    if (off >= arena_bytes_) return nullptr;
+    return slabs_[off >> page_shift_].load(std::memory_order_acquire);
   }
-  /// Parks an object of class `cls` and `bytes`; false when the cache is full.
-  bool push(std::uint32_t cls, const entry& e, std::size_t bytes) noexcept {
+
+  /// Takes a parked object of class `cls` (object size `bytes`), or returns
+  /// null. Counts the caller's allocation.
+  const entry* pop(std::uint32_t cls) noexcept {
     bin& b = bins_[cls];
-    if (b.count == bin_capacity || parked_bytes_ + bytes > max_bytes) return false;
+    if (b.count == 0) return nullptr;
+    add(b.out, 1);
+    return &b.items[--b.count];
+  }
+  /// Parks an object of class `cls` and counts the caller's free; false
+  /// when the bin is full.
+  bool push(std::uint32_t cls, const entry& e) noexcept {
+    bin& b = bins_[cls];
+    if (b.count == b.limit) return false;
     b.items[b.count++] = e;
-    parked_bytes_ += bytes;
+    add(b.in, 1);
     return true;
   }
-  void unparked(std::size_t bytes) noexcept { parked_bytes_ -= bytes; }
-  [[gnu::always_inline]] void count(counter c, std::int64_t v) noexcept {
-    counters_[c].store(counters_[c].load(std::memory_order_relaxed) + v,
-                       std::memory_order_relaxed);
+  /// Objects of class `cls` that went into / out of the cache.
+  [[nodiscard]] std::int64_t parked_in(std::size_t cls) const noexcept {
+    return bins_[cls].in.load(std::memory_order_relaxed);
   }
+  [[nodiscard]] std::int64_t parked_out(std::size_t cls) const noexcept {
+    return bins_[cls].out.load(std::memory_order_relaxed);
+  }
+  void count(counter c, std::int64_t v) noexcept { add(counters_[c], v); }
   [[nodiscard]] std::int64_t read(counter c) const noexcept {
     return counters_[c].load(std::memory_order_relaxed);
   }
 
   // Used by caching_allocator under its mutex.
-  void bind(caching_allocator* a, std::uint64_t serial, void* stream, stream_arena* arena) noexcept;
+  void bind(caching_allocator* a, std::uint64_t serial, void* stream, stream_arena* arena,
+            const size_classes& classes) noexcept;
   void unbind() noexcept;
   /// Calls `fn(entry)` for every parked object and empties the bins.
   template <class Fn>
@@ -105,14 +118,17 @@ class thread_cache {
       for (std::uint32_t k = 0; k < bins_[c].count; ++k) fn(bins_[c].items[k]);
       bins_[c].count = 0;
     }
-    parked_bytes_ = 0;
   }
   void reset_counters() noexcept {
     for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+    for (auto& b : bins_) {
+      b.in.store(0, std::memory_order_relaxed);
+      b.out.store(0, std::memory_order_relaxed);
+    }
   }
   /// Counts a call that could not use the cache; true when it is time to
   /// re-bind to the caller's (allocator, stream).
-  bool missed() noexcept { return ++misses_ >= 256 || parked_bytes_ == 0; }
+  bool missed() noexcept;
 
   /// Serials of live allocators: an allocator registers when made and
   /// unregisters first thing when destroyed.
@@ -125,8 +141,16 @@ class thread_cache {
  private:
   struct bin {
     std::uint32_t count = 0;
+    std::uint32_t limit = 0;  // set at bind from the class size
     std::array<entry, bin_capacity> items{};
+    std::atomic<std::int64_t> in{0};   // user frees parked here
+    std::atomic<std::int64_t> out{0};  // user allocations served from here
   };
+
+  // Only the owning thread writes: a relaxed load and store, no locked op.
+  static void add(std::atomic<std::int64_t>& a, std::int64_t v) noexcept {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
 
   static thread_cache& create_for_thread();
   static thread_local thread_cache* current_;  // constant-initialized: no TLS guard
@@ -135,9 +159,12 @@ class thread_cache {
   std::uint64_t serial_ = 0;
   void* stream_ = nullptr;
   stream_arena* arena_ = nullptr;
-  std::size_t parked_bytes_ = 0;
+  std::uintptr_t arena_base_ = 0;
+  std::size_t arena_bytes_ = 0;
+  unsigned page_shift_ = 0;
+  const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
-  std::array<std::atomic<std::int64_t>, 6> counters_{};
+  std::array<std::atomic<std::int64_t>, 2> counters_{};
   std::array<bin, size_classes::max_classes> bins_{};
 };
 
