@@ -52,7 +52,7 @@ void random_allocations(benchmark::State& state) {
 BENCHMARK(random_allocations)
     ->Args({10000, 1})
     ->Args({10000, 4})
-    ->Args({10000, 64})
+    ->Args({10000, 16})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 
