@@ -124,12 +124,12 @@ std::string caching_allocator::snapshot_json() {
     << ",\"limit_bytes\":" << limit_ << ",\"held_pages\":" << held_pages_
     << ",\"idle_pool_pages\":" << idle_pages_.size() << ",\"arenas\":[";
   bool first_arena = true;
-  for (const stream_arena* ca : arenas_) {
-    auto& a = const_cast<stream_arena&>(*ca);
-    o << (first_arena ? "" : ",")
-      << "{\"stream\":" << hex(reinterpret_cast<std::uintptr_t>(a.stream().native))
-      << ",\"pool\":\"" << (a.kind() == pool_kind::small ? "small" : "large")
-      << "\",\"base\":" << hex(a.base()) << ",\"bytes\":" << a.bytes() << ",\"mapped_pages\":[";
+  for (stream_arena* arena : arenas_) {
+    stream_arena& a = *arena;
+    o << (first_arena ? "" : ",") << R"({"stream":)"
+      << hex(reinterpret_cast<std::uintptr_t>(a.stream().native)) << R"(,"pool":")"
+      << (a.kind() == pool_kind::small ? "small" : "large") << R"(","base":)" << hex(a.base())
+      << R"(,"bytes":)" << a.bytes() << R"(,"mapped_pages":[)";
     first_arena = false;
     bool first = true;
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {
@@ -143,15 +143,15 @@ std::string caching_allocator::snapshot_json() {
     first = true;
     for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
       const block_info& b = it->second;
-      o << (first ? "" : ",") << "{\"address\":" << hex(it->first) << ",\"size\":" << b.size
-        << ",\"state\":\"" << state_name(b.state) << "\"";
+      o << (first ? "" : ",") << R"({"address":)" << hex(it->first) << R"(,"size":)" << b.size
+        << R"(,"state":")" << state_name(b.state) << '"';
       if (b.state != block_state::free) o << ",\"requested\":" << b.requested;
       const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
                           ? a.slab_at(a.page_of(it->first))
                           : nullptr;
       if (s != nullptr) {
-        o << ",\"slab\":{\"object_size\":" << s->object_size << ",\"objects\":" << s->capacity
-          << ",\"free\":" << s->free_count << "}";
+        o << R"(,"slab":{"object_size":)" << s->object_size << R"(,"objects":)" << s->capacity
+          << R"(,"free":)" << s->free_count << "}";
       }
       o << "}";
       first = false;

@@ -56,7 +56,7 @@ class block_map {
   iterator find_in_use(std::uintptr_t addr);
 
   /// Marks an allocated block pending (freed, waiting on events).
-  void set_pending(iterator it) { it->second.state = block_state::pending; }
+  static void set_pending(iterator it) { it->second.state = block_state::pending; }
 
   /// Frees an allocated or pending block, merging with free neighbours
   /// (mapped = AND). Returns the merged free block.

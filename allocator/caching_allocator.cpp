@@ -124,7 +124,7 @@ result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
 }
 
 result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t bytes) {
-  const std::uint32_t cls = classes_.class_of(bytes);
+  const std::uint32_t cls = size_classes::class_of(bytes);
   if (st.partial[cls].head == nullptr) {
     if (auto s = new_slab(st, cls); !s) return s;
   }
@@ -299,7 +299,7 @@ void caching_allocator::count_free_request(const located& where) {
   stats_.allocation.add(pool, -1);
   stats_.allocated_bytes.add(pool, -static_cast<std::int64_t>(b.size));
   stats_.requested_bytes.add(pool, -static_cast<std::int64_t>(b.requested));
-  where.arena->blocks().set_pending(where.block);
+  block_map::set_pending(where.block);
 }
 
 status caching_allocator::free(void* ptr) {
@@ -328,11 +328,11 @@ status caching_allocator::free_async_locked(void* ptr, void* native) {
   return {};
 }
 
-status caching_allocator::record_stream(void* ptr, void* native) {
+status caching_allocator::record_stream(void* ptr, void* native_stream) {
   std::lock_guard lock(mu_);
   auto where = locate(ptr, "record_stream");
   if (!where) return where.error();
-  auto stream = dev_->wrap_stream(native);
+  auto stream = dev_->wrap_stream(native_stream);
   if (!stream) return stream.error();
   if (*stream == where->owner->stream) return {};
   auto& list = recorded_streams_[reinterpret_cast<std::uintptr_t>(ptr)];

@@ -77,7 +77,7 @@ class caching_allocator {
   /// Stream-ordered free on `stream`.
   status free_async(void* ptr, void* stream);
   /// The free of `ptr` also waits for work queued on `stream` up to the free.
-  status record_stream(void* ptr, void* stream);
+  status record_stream(void* ptr, void* native_stream);
 
   /// trim(0): returns every page not backing a live block to the device.
   status empty_cache();
@@ -157,11 +157,11 @@ class caching_allocator {
   result<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
                                     std::size_t requested);
   void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
-  void unlink_slab(stream_state& st, slab& s);
+  static void unlink_slab(stream_state& st, slab& s);
   void destroy_slab(stream_state& st, stream_arena& arena, slab& s);
   // Destroys every slab with no live object; returns how many.
   std::size_t drop_empty_slabs();
-  void link_slab(stream_state& st, slab& s);
+  static void link_slab(stream_state& st, slab& s);
   void count_free_request(const located& where);
   void refresh_derived_stats();
   [[nodiscard]] status out_of_memory(std::size_t bytes, stream_handle stream);

@@ -15,7 +15,7 @@ result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
     thread_cache& tc = thread_cache::current();
     if (tc.bound_to(serial_, stream)) {
       // Fast path: one bin pop, no lock, no system call, no allocation.
-      if (const thread_cache::entry* e = tc.pop(classes_.class_of(bytes))) {
+      if (const thread_cache::entry* e = tc.pop(size_classes::class_of(bytes))) {
         e->s->hand_out(e->index, bytes);
         tc.count(thread_cache::alloc_req, static_cast<std::int64_t>(bytes));
         return reinterpret_cast<void*>(e->addr);

@@ -140,7 +140,7 @@ status caching_allocator::release_idle(std::size_t keep_bytes) {
 
 void caching_allocator::maybe_release() {
   if (options_.release_threshold == std::numeric_limits<std::uint64_t>::max()) return;
-  const std::int64_t mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
+  const auto mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
   const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
   const std::size_t idle = idle_pages_.size() * granularity_ +
                            static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));

@@ -37,13 +37,13 @@ class size_classes {
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
   /// The class of a request of 1..slab_limit() bytes. Cost: a few
   /// arithmetic operations, no loop.
-  [[nodiscard]] std::uint32_t class_of(std::size_t bytes) const noexcept {
+  [[nodiscard]] static std::uint32_t class_of(std::size_t bytes) noexcept {
     if (bytes <= 2048) return static_cast<std::uint32_t>((bytes - 1) / 512);
     // Four classes per power of two above 2 KiB: the power, then the quarter.
     const std::size_t base = std::bit_floor(bytes - 1);
-    const auto quarter = static_cast<std::uint32_t>((bytes - 1 - base) / (base / 4));
-    const auto doublings = static_cast<std::uint32_t>(std::countr_zero(base) - 11);
-    return 4 + doublings * 4 + quarter;
+    const int log2 = std::countr_zero(base);
+    const auto quarter = static_cast<std::uint32_t>((bytes - 1 - base) >> (log2 - 2));
+    return 4 + static_cast<std::uint32_t>(log2 - 11) * 4 + quarter;
   }
   [[nodiscard]] std::size_t class_size(std::uint32_t c) const noexcept { return sizes_[c]; }
 

@@ -27,7 +27,7 @@ enum class object_state : std::uint8_t {
 };
 
 struct slab {
-  slab(std::uintptr_t base, std::uint32_t size_class, std::size_t object_size,
+  slab(std::uintptr_t base_addr, std::uint32_t cls, std::size_t object_bytes,
        std::size_t slab_bytes);
 
   [[nodiscard]] bool full() const noexcept { return free_count == 0; }
@@ -48,7 +48,8 @@ struct slab {
   [[nodiscard]] object_state state(std::uint32_t i) const noexcept {
     return states[i].load(std::memory_order_relaxed);
   }
-  void set_state(std::uint32_t i, object_state s) noexcept {
+  void set_state(std::uint32_t i,
+                 object_state s) noexcept {  // NOLINT(readability-make-member-function-const)
     states[i].store(s, std::memory_order_relaxed);
   }
   [[nodiscard]] std::size_t requested(std::uint32_t i) const noexcept {
@@ -61,7 +62,7 @@ struct slab {
   }
 
   /// Pops a free object and hands it out; returns its index.
-  std::uint32_t take(std::size_t requested) noexcept;
+  std::uint32_t take(std::size_t bytes) noexcept;
   /// Puts object i back on the free stack.
   void give(std::uint32_t i) noexcept {
     set_state(i, object_state::free);

@@ -71,10 +71,8 @@ void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream
 
 bool thread_cache::missed() noexcept {
   if (++misses_ >= 256) return true;
-  for (const bin& b : bins_) {
-    if (b.count != 0) return false;
-  }
-  return true;  // nothing parked: re-binding costs nothing
+  // Nothing parked: re-binding costs nothing.
+  return std::ranges::all_of(bins_, [](const bin& b) { return b.count == 0; });
 }
 
 void thread_cache::unbind() noexcept {

@@ -14,6 +14,9 @@
 #ifndef STRATA_STRATA_H
 #define STRATA_STRATA_H
 
+/* A C header: C's headers and typedefs on purpose. */
+/* NOLINTBEGIN(modernize-deprecated-headers,modernize-use-using) */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,4 +88,5 @@ STRATA_C_API strata_status strata_memory_summary(strata_allocator* a, char** out
 STRATA_C_API strata_status strata_snapshot_json(strata_allocator* a, char** out);
 STRATA_C_API void strata_string_free(char* s);
 
+/* NOLINTEND(modernize-deprecated-headers,modernize-use-using) */
 #endif /* STRATA_STRATA_H */

@@ -65,7 +65,7 @@ class STRATA_API allocator {
   [[nodiscard]] std::string snapshot_json() const;
 
  private:
-  caching_allocator& impl() const;
+  [[nodiscard]] caching_allocator& impl() const;
   std::unique_ptr<caching_allocator> impl_;
 };
 

@@ -211,9 +211,9 @@ TEST(Allocator, SummaryAndSnapshotDescribeTheState) {
     EXPECT_NE(summary.find(part), std::string::npos) << part << "\n" << summary;
   }
   const std::string snap = a->snapshot_json();
-  for (const char* part : {"\"arenas\":[", "\"state\":\"allocated\"", "\"size\":5242880",
-                           "\"requested\":5242880", "\"mapped_pages\":[{\"first\":0,\"count\":3}]",
-                           "\"allocated_bytes.all.current\":5242880"}) {
+  for (const char* part :
+       {R"("arenas":[)", R"("state":"allocated")", R"("size":5242880)", R"("requested":5242880)",
+        R"("mapped_pages":[{"first":0,"count":3}])", R"("allocated_bytes.all.current":5242880)"}) {
     EXPECT_NE(snap.find(part), std::string::npos) << part << "\n" << snap;
   }
 }

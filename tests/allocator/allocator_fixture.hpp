@@ -14,7 +14,7 @@ namespace strata::testing {
 
 /// An allocator on a fresh sim device described by `sim_spec` ("sim:...").
 inline std::unique_ptr<caching_allocator> make_allocator(const std::string& sim_spec,
-                                                         allocator_options options = {}) {
+                                                         const allocator_options& options = {}) {
   auto dev = open_device(sim_spec);
   EXPECT_TRUE(dev.ok()) << dev.error().to_string();
   if (!dev) return nullptr;

@@ -40,7 +40,7 @@ bool pattern(void* p, std::size_t n, std::uint32_t seed, bool write) {
 }
 
 std::size_t model_rounding(std::size_t bytes, const size_classes& classes) {
-  if (bytes <= classes.slab_limit()) return classes.class_size(classes.class_of(bytes));
+  if (bytes <= classes.slab_limit()) return classes.class_size(size_classes::class_of(bytes));
   return size_classes::round(bytes);
 }
 

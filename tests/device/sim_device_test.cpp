@@ -171,7 +171,8 @@ TEST(SimMemory, MappedMemoryIsInaccessibleUntilSetAccess) {
 TEST(SimMemory, CopiesToUnmappedDeviceMemoryAndUnknownHandlesAreRefused) {
   auto d = open_ok("sim:capacity=16MiB");
   ASSERT_TRUE(d);
-  std::vector<unsigned char> host(64), other(64);
+  std::vector<unsigned char> host(64);
+  std::vector<unsigned char> other(64);
   auto bogus = d->copy_async(host.data(), other.data(), 64, copy_direction::device_to_host, {});
   EXPECT_EQ(bogus.code(), errc::invalid_argument);
   int not_a_stream = 0;
