@@ -105,9 +105,7 @@ result<caching_allocator::stream_state*> caching_allocator::state_for(void* nati
     arenas_.push_back(st->large.get());
     owners_.push_back(st.get());
     owners_.push_back(st.get());
-    if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
-      seen_streams_.push_back(*stream);
-    }
+    note_stream(*stream);
     it = streams_.emplace(native, std::move(st)).first;
   }
   last_native_ = native;
@@ -338,9 +336,7 @@ status caching_allocator::record_stream(void* ptr, void* native_stream) {
   auto& list = recorded_streams_[reinterpret_cast<std::uintptr_t>(ptr)];
   if (std::find(list.begin(), list.end(), *stream) == list.end()) list.push_back(*stream);
   recorded_any_.store(true, std::memory_order_relaxed);
-  if (std::find(seen_streams_.begin(), seen_streams_.end(), *stream) == seen_streams_.end()) {
-    seen_streams_.push_back(*stream);
-  }
+  note_stream(*stream);
   return {};
 }
 

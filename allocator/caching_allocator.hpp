@@ -188,6 +188,11 @@ class caching_allocator {
   result<bool> reclaim_completed();
   status seal_open_batch();
   void finish_pending(pending_free& p);
+  // Records one event per stream into `out`; on failure gives every event
+  // back and leaves `out` empty.
+  status record_events(const std::vector<stream_handle>& streams, std::vector<event_handle>& out);
+  // Adds `s` to the streams device-wide frees wait for.
+  void note_stream(stream_handle s);
 
   // allocator_report.cpp
   [[nodiscard]] std::string summary_locked();

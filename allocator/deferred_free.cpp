@@ -27,19 +27,9 @@ status caching_allocator::defer_free(const located& where, stream_handle free_st
         }
       }
     }
-    for (auto s : streams) {
-      auto e = events_.get();
-      status st = e ? dev_->record_event(*e, s) : e.error();
-      if (!st.ok()) {
-        if (e) events_.put(*e);
-        for (auto done : p.events) events_.put(done);
-        return st;  // nothing changed: the block is still allocated
-      }
-      p.events.push_back(*e);
-    }
-    if (std::find(seen_streams_.begin(), seen_streams_.end(), free_stream) == seen_streams_.end()) {
-      seen_streams_.push_back(free_stream);
-    }
+    // On failure nothing has changed: the block is still allocated.
+    if (auto st = record_events(streams, p.events); !st) return st;
+    note_stream(free_stream);
   }
   if (rec != recorded_streams_.end()) {
     recorded_streams_.erase(rec);
@@ -56,26 +46,41 @@ status caching_allocator::defer_free(const located& where, stream_handle free_st
 
 status caching_allocator::seal_open_batch() {
   sealed_batch batch;
-  for (auto s : seen_streams_) {
-    auto e = events_.get();
-    status st = e ? dev_->record_event(*e, s) : e.error();
-    if (!st.ok()) {
-      // A stream we cannot record on (destroyed by its owner, say): fall
-      // back to waiting for the whole device, then free the batch.
-      if (e) events_.put(*e);
-      for (auto done : batch.events) events_.put(done);
-      if (auto sync = dev_->synchronize(); !sync) return sync;
-      ++stats_.num_sync_all_streams;
-      for (auto& p : open_batch_) finish_pending(p);
-      open_batch_.clear();
-      return {};
-    }
-    batch.events.push_back(*e);
+  if (!record_events(seen_streams_, batch.events)) {
+    // A stream we cannot record on (destroyed by its owner, say): fall back
+    // to waiting for the whole device, then free the batch.
+    if (auto sync = dev_->synchronize(); !sync) return sync;
+    ++stats_.num_sync_all_streams;
+    for (auto& p : open_batch_) finish_pending(p);
+    open_batch_.clear();
+    return {};
   }
   batch.frees = std::move(open_batch_);
   open_batch_.clear();
   sealed_batches_.push_back(std::move(batch));
   return {};
+}
+
+status caching_allocator::record_events(const std::vector<stream_handle>& streams,
+                                        std::vector<event_handle>& out) {
+  for (auto s : streams) {
+    auto e = events_.get();
+    status st = e ? dev_->record_event(*e, s) : e.error();
+    if (!st.ok()) {
+      if (e) events_.put(*e);
+      for (auto done : out) events_.put(done);
+      out.clear();
+      return st;
+    }
+    out.push_back(*e);
+  }
+  return {};
+}
+
+void caching_allocator::note_stream(stream_handle s) {
+  if (std::find(seen_streams_.begin(), seen_streams_.end(), s) == seen_streams_.end()) {
+    seen_streams_.push_back(s);
+  }
 }
 
 void caching_allocator::finish_pending(pending_free& p) {
