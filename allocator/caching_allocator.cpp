@@ -49,7 +49,7 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
       limit_(static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
       arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_), 64) *
                    granularity_),
-      classes_(std::min<std::size_t>(options.small_size, granularity_ / 8) & ~std::size_t{511}),
+      classes_(options.small_size & ~std::size_t{511}, granularity_),
       events_(*dev_),
       serial_(thread_cache::register_allocator()) {}
 
@@ -73,7 +73,10 @@ caching_allocator::~caching_allocator() {
         (void)dev_->release_pages(run);
       }
       for (std::size_t i = 0; a->kind() == pool_kind::small && i < a->page_count(); ++i) {
-        delete a->slab_at(i);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
+        // A slab spans one or more pages; delete it at its first one.
+        if (slab* s = a->slab_at(i); s != nullptr && s->base == a->page_addr(i)) {
+          delete s;  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
+        }
       }
       a->drop_events(events_);
       (void)dev_->free_reservation(a->base(), a->bytes());
@@ -154,11 +157,14 @@ result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t by
 
 status caching_allocator::new_slab(stream_state& st, std::uint32_t cls) {
   stream_arena& arena = *st.small;
-  auto it = place(st, arena, granularity_, classes_.class_size(cls));
+  const std::size_t bytes = classes_.slab_bytes(cls);
+  auto it = place(st, arena, bytes, classes_.class_size(cls));
   if (!it) return it.error();
   const std::uintptr_t base = (*it)->first;
-  auto* s = new slab(base, cls, classes_.class_size(cls), granularity_);  // NOLINT
-  arena.set_slab(arena.page_of(base), s);
+  auto* s = new slab(base, cls, classes_.class_size(cls), bytes);  // NOLINT
+  for (std::size_t i = arena.page_of(base); i <= arena.page_of(base + bytes - 1); ++i) {
+    arena.set_slab(i, s);
+  }
   link_slab(st, *s);
   ++st.empty_slabs[cls];
   return {};
@@ -204,8 +210,11 @@ void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, sl
 
 void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab& s) {
   unlink_slab(st, s);
-  arena.set_slab(arena.page_of(s.base), nullptr);
-  arena.mark_freed(s.base, granularity_);
+  const std::size_t bytes = classes_.slab_bytes(s.size_class);
+  for (std::size_t i = arena.page_of(s.base); i <= arena.page_of(s.base + bytes - 1); ++i) {
+    arena.set_slab(i, nullptr);
+  }
+  arena.mark_freed(s.base, bytes);
   arena.blocks().release(arena.blocks().find_in_use(s.base));
   delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
 }

@@ -2,12 +2,15 @@
 //
 // Rounding rule (every block is 512-byte aligned):
 //   - a request of 1..512 bytes takes 512 bytes;
-//   - requests up to the slab limit (min(small_size, granularity / 8)) take
-//     the next size class: multiples of 512 up to 2 KiB, then four classes
-//     per power of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ...), so a class
-//     wastes at most 20% of its size;
+//   - requests up to the slab limit (min(small_size, 1 MiB)) take the next
+//     size class: multiples of 512 up to 2 KiB, then four classes per power
+//     of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ..., 896 KiB, 1 MiB), so a
+//     class wastes at most 20% of its size;
 //   - every larger request is rounded up to a multiple of 512 bytes.
-// Size classes are packed into one-page slabs.
+// Size classes are packed into slabs of one or more whole pages: the
+// fewest pages (at most 8 more than one object needs) whose tail, the part
+// no whole object fits in, is at most 1/16 of the slab; failing that, the
+// page count with the smallest tail.
 //
 // Thread safety: immutable after construction.
 #pragma once
@@ -25,8 +28,11 @@ class size_classes {
  public:
   static constexpr std::size_t max_classes = 64;
 
-  /// Classes up to `slab_limit` bytes (a multiple of 512, at least 512).
-  explicit size_classes(std::size_t slab_limit);
+  static constexpr std::size_t max_slab_limit = std::size_t{1} << 20;
+
+  /// Classes up to min(`slab_limit`, 1 MiB) bytes, in slabs of pages of
+  /// `page_bytes` (a power of two).
+  size_classes(std::size_t slab_limit, std::size_t page_bytes);
 
   /// Rounds a non-zero request per the rule above (large requests too).
   [[nodiscard]] static std::size_t round(std::size_t bytes) noexcept {
@@ -46,9 +52,12 @@ class size_classes {
     return 4 + static_cast<std::uint32_t>(log2 - 11) * 4 + quarter;
   }
   [[nodiscard]] std::size_t class_size(std::uint32_t c) const noexcept { return sizes_[c]; }
+  /// Bytes of one slab of class c (whole pages).
+  [[nodiscard]] std::size_t slab_bytes(std::uint32_t c) const noexcept { return slab_bytes_[c]; }
 
  private:
   std::array<std::size_t, max_classes> sizes_{};
+  std::array<std::size_t, max_classes> slab_bytes_{};
   std::size_t count_ = 0;
   std::size_t limit_ = 0;
 };

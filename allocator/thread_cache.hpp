@@ -11,8 +11,8 @@
 // shared counters; the cache counts what went in and out, and stats() nets
 // the two, so current values are exact. Peaks are updated on the locked path
 // and may exceed the true peak by the bytes parked in caches: per class at
-// most 16 objects or 64 KiB (one object of larger classes), about 1.3 MiB
-// per thread with 2 MiB pages.
+// most 16 objects or 64 KiB, or one object of the classes above 64 KiB;
+// about 9 MiB per thread in all.
 //
 // Lifetime: a cache outlives allocators (it checks a registry of live ones
 // before touching its owner) and flushes itself into its owner when the

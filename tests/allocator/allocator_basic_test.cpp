@@ -48,8 +48,9 @@ TEST(Allocator, RoundingFollowsTheDocumentedRule) {
   EXPECT_EQ(allocated_after(1), 512);
   EXPECT_EQ(allocated_after(1500), 1536);
   EXPECT_EQ(allocated_after(2049), 2560);
-  EXPECT_EQ(allocated_after(100000), 114688);  // class 112 KiB
-  EXPECT_EQ(allocated_after(300000), 300032);  // above the slab limit: 512-byte multiple
+  EXPECT_EQ(allocated_after(100000), 114688);    // class 112 KiB
+  EXPECT_EQ(allocated_after(300000), 327680);    // class 320 KiB
+  EXPECT_EQ(allocated_after(1 << 20), 1 << 20);  // the largest class
   EXPECT_EQ(allocated_after((1u << 20) + 1), (1 << 20) + 512);
 }
 

@@ -58,7 +58,7 @@ TEST(AllocatorModel, MillionRandomOperations) {
   auto made = caching_allocator::create(std::move(*dev), {});
   ASSERT_TRUE(made.ok());
   caching_allocator& a = **made;
-  const size_classes classes(std::min<std::size_t>(1 << 20, a.dev().granularity() / 8));
+  const size_classes classes(1 << 20, a.dev().granularity());
   void* const streams[] = {nullptr, s1->native};
 
   std::map<std::uintptr_t, live_block> live;
