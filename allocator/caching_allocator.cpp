@@ -186,11 +186,13 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
     if (backed.code() != errc::out_of_memory) return backed;
     auto progressed = relieve_shortage(may_grow);
     if (!progressed) return progressed.error();
-    if (!*progressed) {
-      if (may_grow) break;
-      may_grow = true;
+    if (*progressed) {
+      ++stats_.num_alloc_retries;  // memory came back from pending frees: try again
+    } else if (may_grow) {
+      break;
+    } else {
+      may_grow = true;  // nothing to wait for: growing is the next step, not a retry
     }
-    ++stats_.num_alloc_retries;
   }
   return out_of_memory(requested, st.stream);
 }
