@@ -374,9 +374,9 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
 
 void caching_allocator::refresh_derived_stats() {
   std::array<std::int64_t, 2> free_blocks{};
-  for (const stream_arena* a : arenas_) {
+  for (stream_arena* a : arenas_) {
     free_blocks[static_cast<std::size_t>(a->kind())] +=
-        static_cast<std::int64_t>(const_cast<stream_arena*>(a)->blocks().mapped_free_blocks());
+        static_cast<std::int64_t>(a->blocks().mapped_free_blocks());
   }
   std::int64_t all_bytes = 0;
   std::int64_t all_count = 0;
