@@ -34,8 +34,13 @@ std::string hex(std::uintptr_t v) {
   return buf;
 }
 
-const char* state_name(block_state s) {
-  switch (s) {
+const char* state_name(const block_info& b) {
+  // A large block parked in a thread's slot is freed as far as its user
+  // knows, and reusable on its stream; one lent from the slot is live.
+  if (b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked) {
+    return "thread_cached";
+  }
+  switch (b.state) {
     case block_state::free:
       return "free";
     case block_state::allocated:
@@ -144,8 +149,12 @@ std::string caching_allocator::snapshot_json() {
     for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
       const block_info& b = it->second;
       o << (first ? "" : ",") << R"({"address":)" << hex(it->first) << R"(,"size":)" << b.size
-        << R"(,"state":")" << state_name(b.state) << '"';
-      if (b.state != block_state::free) o << ",\"requested\":" << b.requested;
+        << R"(,"state":")" << state_name(b) << '"';
+      if (b.state != block_state::free) {
+        o << ",\"requested\":"
+          << (b.holder != nullptr ? b.holder->slot().requested.load(std::memory_order_relaxed)
+                                  : b.requested);
+      }
       const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
                           ? a.slab_at(a.page_of(it->first))
                           : nullptr;

@@ -6,7 +6,7 @@
 namespace strata {
 
 block_map::block_map(std::uintptr_t base, std::size_t size) : base_(base), size_(size) {
-  auto it = blocks_.emplace(base, block_info{size, 0, block_state::free, false}).first;
+  auto it = blocks_.emplace(base, block_info{size, 0, block_state::free, false, nullptr}).first;
   insert_free(it);
 }
 
@@ -42,14 +42,16 @@ block_map::iterator block_map::allocate(iterator it, std::size_t bytes, std::siz
   erase_free(it);
   block_info& b = it->second;
   if (b.size > bytes) {
-    auto rest = blocks_.emplace_hint(std::next(it), it->first + bytes,
-                                     block_info{b.size - bytes, 0, block_state::free, b.mapped});
+    auto rest =
+        blocks_.emplace_hint(std::next(it), it->first + bytes,
+                             block_info{b.size - bytes, 0, block_state::free, b.mapped, nullptr});
     insert_free(rest);
   }
   b.size = bytes;
   b.requested = requested;
   b.state = block_state::allocated;
   b.mapped = true;
+  b.holder = nullptr;
   return it;
 }
 
@@ -63,6 +65,7 @@ block_map::iterator block_map::release(iterator it) {
   assert(it->second.state != block_state::free);
   it->second.state = block_state::free;
   it->second.requested = 0;
+  it->second.holder = nullptr;
   if (auto next = std::next(it); next != blocks_.end() && next->second.state == block_state::free) {
     erase_free(next);
     it->second.size += next->second.size;

@@ -25,6 +25,8 @@
 
 namespace strata {
 
+class thread_cache;
+
 enum class block_state : std::uint8_t { free, allocated, pending };
 
 struct block_info {
@@ -32,6 +34,9 @@ struct block_info {
   std::size_t requested = 0;  // allocated/pending: the caller's size
   block_state state = block_state::free;
   bool mapped = false;  // free: see above; allocated/pending: always true
+  // allocated: the thread cache whose large slot holds the block (parked or
+  // lent), else null. Read and written under the owner's lock.
+  thread_cache* holder = nullptr;
 };
 
 class block_map {

@@ -10,8 +10,6 @@ namespace strata {
 
 namespace {
 
-constexpr std::size_t max_request = std::size_t{1} << 60;
-
 stat_pool pool_of(pool_kind k) {
   return k == pool_kind::small ? pool_small : pool_large;
 }
@@ -290,6 +288,7 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
         where.block->second.state != block_state::allocated) {
       return bad();
     }
+    if (where.block->second.holder != nullptr && !unlend(where.block->second)) return bad();
   }
   return where;
 }
@@ -332,6 +331,7 @@ status caching_allocator::free_async_locked(void* ptr, void* native) {
   const bool recorded = !recorded_streams_.empty() &&
                         recorded_streams_.contains(reinterpret_cast<std::uintptr_t>(ptr));
   if (other_stream || recorded) return defer_free(*where, stream, false);
+  if (park(*where, native)) return {};
   count_free_request(*where);
   finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
   return {};
@@ -441,6 +441,7 @@ status caching_allocator::empty_cache() {
 status caching_allocator::trim(std::size_t keep_bytes) {
   std::lock_guard lock(mu_);
   if (thread_cache& tc = thread_cache::current(); tc.owned_by(serial_)) flush_cache(tc);
+  reclaim_parked_slots();
   // Pending frees may empty slabs, and dropped slabs free pages in the open
   // epoch: wait, drop, wait again, then release.
   if (auto s = wait_for_everything(); !s) return s;

@@ -19,11 +19,12 @@
 //     cache needs memory, and synchronized only if memory is still short.
 // Events are polled only on the slow path, never waited for on the fast path.
 //
-// Fast path (a cached block on the same stream): one mutex, no system call,
-// no heap allocation.
+// Fast path (a block this thread freed on the same stream: a small object in
+// its thread cache, or a large block of the same rounded size in its slot):
+// no lock, no system call, no heap allocation (fast_path.cpp).
 //
 // Thread safety: every public call may be made from any thread at any time;
-// calls are serialized by one mutex.
+// everything but the fast path is serialized by one mutex.
 #pragma once
 
 #include <array>
@@ -137,7 +138,21 @@ class caching_allocator {
   caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
                     std::size_t total);
 
+  // Larger requests fail as out of memory before any rounding can overflow.
+  static constexpr std::size_t max_request = std::size_t{1} << 60;
+
   // fast_path.cpp: the thread-cache paths and their bookkeeping.
+  static void count_slot(thread_cache& tc, thread_cache::counter first, std::size_t requested);
+  // Parks a block freed on its own stream in the calling thread's empty
+  // slot (bound to `native`); false if it does not qualify.
+  bool park(const located& where, void* native);
+  // Takes `tc`'s parked block back into its arena (stats untouched: the
+  // cache's counters net it); false if the slot held none.
+  bool reclaim_parked(thread_cache& tc);
+  std::size_t reclaim_parked_slots();
+  // Takes a block out of its holder's slot if it is lent (live); false if it
+  // is parked (the caller already freed it).
+  static bool unlend(block_info& b);
   void adopt_cache(thread_cache& tc, void* native_stream);
   void flush_cache(thread_cache& tc);
   static void fold_cache_counters(allocator_stats& s, const thread_cache& tc,

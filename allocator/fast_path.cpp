@@ -1,30 +1,52 @@
 // The public allocate/free entry points and their lock-free fast path:
 // a small object freed on a stream is parked in the freeing thread's cache
-// and handed out again to the next request of its class on that stream.
+// and handed out again to the next request of its class on that stream; a
+// large block is parked in the cache's one slot and handed out again to the
+// next request of its rounded size on that stream.
 // Everything else takes the mutex (caching_allocator.cpp).
 #include "caching_allocator.hpp"
 
+#include <limits>
+
 namespace strata {
+
+using slot_state = thread_cache::large_slot;
 
 result<void*> caching_allocator::malloc(std::size_t bytes) {
   return malloc_async(bytes, nullptr);
 }
 
 result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
-  if (bytes - 1 < classes_.slab_limit()) {  // 1..slab_limit; 0 wraps around
-    thread_cache& tc = thread_cache::current();
-    if (tc.bound_to(serial_, stream)) {
+  thread_cache& tc = thread_cache::current();
+  if (tc.bound_to(serial_, stream)) {
+    if (bytes - 1 < classes_.slab_limit()) {  // 1..slab_limit; 0 wraps around
       // Fast path: one bin pop, no lock, no system call, no allocation.
       if (const thread_cache::entry* e = tc.pop(size_classes::class_of(bytes))) {
         e->s->hand_out(e->index, bytes);
         tc.count(thread_cache::alloc_req, static_cast<std::int64_t>(bytes));
         return reinterpret_cast<void*>(e->addr);
       }
-    } else if (tc.missed()) {
-      adopt_cache(tc, stream);
+    } else if (bytes > options_.small_size && bytes <= max_request) {
+      // Fast path: the parked large block, if it has this rounded size.
+      thread_cache::large_slot& ls = tc.slot();
+      if (ls.load() == slot_state::parked && ls.size == size_classes::round(bytes)) {
+        ls.requested.store(bytes, std::memory_order_relaxed);
+        if (ls.take(slot_state::parked, slot_state::lent)) {
+          count_slot(tc, thread_cache::large_out, bytes);
+          return reinterpret_cast<void*>(ls.addr);
+        }
+      }
     }
+  } else if (bytes != 0 && tc.missed()) {
+    adopt_cache(tc, stream);
   }
   std::lock_guard lock(mu_);
+  if (tc.owned_by(serial_) && tc.slot().load() == slot_state::parked) {
+    // Keep this thread's peaks exact: its parked block is not live.
+    fold_cache_counters(stats_, tc, classes_);
+    tc.reset_counters();
+    reclaim_parked(tc);
+  }
   return allocate(bytes, stream);
 }
 
@@ -32,9 +54,16 @@ status caching_allocator::free_async(void* ptr, void* stream) {
   if (ptr == nullptr) return {};
   thread_cache& tc = thread_cache::current();
   if (tc.bound_to(serial_, stream)) {
+    const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+    // Fast path: the large block this thread's slot lent out goes back.
+    thread_cache::large_slot& ls = tc.slot();
+    if (ls.addr == p && ls.load() == slot_state::lent &&
+        ls.take(slot_state::lent, slot_state::parked)) {
+      count_slot(tc, thread_cache::large_in, ls.requested.load(std::memory_order_relaxed));
+      return {};
+    }
     // Fast path: a live small object of this stream's arena with no
     // recorded streams goes into the cache.
-    const auto p = reinterpret_cast<std::uintptr_t>(ptr);
     slab* s = tc.slab_of(p);
     const std::int64_t i = s != nullptr ? s->index_of(p) : -1;
     if (i >= 0 && !recorded_any_.load(std::memory_order_relaxed)) {
@@ -50,6 +79,61 @@ status caching_allocator::free_async(void* ptr, void* stream) {
   }
   std::lock_guard lock(mu_);
   return free_async_locked(ptr, stream);
+}
+
+void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter first,
+                                   std::size_t requested) {
+  // first is large_out or large_in; the bytes and requested counters follow
+  // two and four places later.
+  const auto size = static_cast<std::int64_t>(tc.slot().size);
+  tc.count(first, 1);
+  tc.count(static_cast<thread_cache::counter>(first + 2), size);
+  tc.count(static_cast<thread_cache::counter>(first + 4), static_cast<std::int64_t>(requested));
+}
+
+bool caching_allocator::park(const located& where, void* native) {
+  thread_cache& tc = thread_cache::current();
+  block_info& b = where.block->second;
+  // With a release threshold, freed memory should go back promptly: no parking.
+  if (where.s != nullptr || b.requested <= options_.small_size || !tc.bound_to(serial_, native) ||
+      tc.slot().load() != slot_state::empty ||
+      options_.release_threshold != std::numeric_limits<std::uint64_t>::max()) {
+    return false;
+  }
+  thread_cache::large_slot& ls = tc.slot();
+  ls.addr = where.block->first;
+  ls.size = b.size;
+  ls.requested.store(b.requested, std::memory_order_relaxed);
+  b.holder = &tc;
+  count_slot(tc, thread_cache::large_in, b.requested);
+  ls.state.store(slot_state::parked, std::memory_order_release);
+  return true;
+}
+
+bool caching_allocator::reclaim_parked(thread_cache& tc) {
+  thread_cache::large_slot& ls = tc.slot();
+  if (!ls.take(slot_state::parked, slot_state::empty)) return false;
+  // The user freed it on its own stream, so it is reusable there at once.
+  // Its stats stay as they are: the cache's counters net it out.
+  stream_arena& arena = *streams_.find(tc.stream())->second->large;
+  auto it = arena.blocks().find_in_use(ls.addr);
+  arena.mark_freed(it->first, it->second.size);
+  arena.blocks().release(it);
+  return true;
+}
+
+std::size_t caching_allocator::reclaim_parked_slots() {
+  std::size_t n = 0;
+  for (thread_cache* tc : caches_) n += reclaim_parked(*tc) ? 1 : 0;
+  return n;
+}
+
+bool caching_allocator::unlend(block_info& b) {
+  thread_cache::large_slot& ls = b.holder->slot();
+  if (!ls.take(slot_state::lent, slot_state::empty)) return false;  // parked: freed already
+  b.requested = ls.requested.load(std::memory_order_relaxed);
+  b.holder = nullptr;
+  return true;
 }
 
 void caching_allocator::adopt_cache(thread_cache& tc, void* native_stream) {
@@ -76,6 +160,10 @@ void caching_allocator::flush_cache(thread_cache& tc) {
   stream_arena& arena = *tc.arena();
   stream_state& st = *streams_.find(tc.stream())->second;
   tc.drain([&](const thread_cache::entry& e) { return_to_slab(st, arena, *e.s, e.index); });
+  if (!reclaim_parked(tc) && tc.slot().load() == slot_state::lent) {
+    stream_arena& large = *st.large;
+    (void)unlend(large.blocks().find_in_use(tc.slot().addr)->second);
+  }
 }
 
 void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cache& tc,
@@ -103,6 +191,15 @@ void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cac
   fold(s.allocated_bytes, alloc_bytes, free_bytes);
   fold(s.active_bytes, alloc_bytes, free_bytes);
   fold(s.requested_bytes, alloc_req, free_req);
+  const auto fold_large = [&](stat_array& a, thread_cache::counter out, thread_cache::counter in) {
+    for (auto p : {pool_all, pool_large})
+      a[p].fold(tc.read(out) - tc.read(in), tc.read(out), tc.read(in));
+  };
+  fold_large(s.allocation, thread_cache::large_out, thread_cache::large_in);
+  fold_large(s.active, thread_cache::large_out, thread_cache::large_in);
+  fold_large(s.allocated_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
+  fold_large(s.active_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
+  fold_large(s.requested_bytes, thread_cache::large_out_req, thread_cache::large_in_req);
 }
 
 }  // namespace strata

@@ -152,6 +152,7 @@ void caching_allocator::maybe_release() {
 }
 
 result<bool> caching_allocator::relieve_shortage(bool pressure) {
+  if (reclaim_parked_slots() > 0) return true;
   auto reclaimed = reclaim_completed();
   if (!reclaimed) return reclaimed.error();
   if (*reclaimed) return true;

@@ -16,6 +16,7 @@ struct registry {
   std::mutex mu;
   std::unordered_set<std::uint64_t> live;
   std::uint64_t next = 1;
+  std::atomic<std::uint64_t> deaths{0};  // allocators unregistered so far
 };
 
 registry& the_registry() {
@@ -67,12 +68,16 @@ void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream
   page_shift_ = arena->page_shift();
   slabs_ = arena->slab_table();
   misses_ = 0;
+  deaths_at_bind_ = the_registry().deaths.load(std::memory_order_relaxed);
 }
 
 bool thread_cache::missed() noexcept {
   if (++misses_ >= 256) return true;
+  // The owner may be gone: re-binding then only drops what is parked.
+  if (the_registry().deaths.load(std::memory_order_relaxed) != deaths_at_bind_) return true;
   // Nothing parked: re-binding costs nothing.
-  return std::ranges::all_of(bins_, [](const bin& b) { return b.count == 0; });
+  return slot_.load() == large_slot::empty &&
+         std::ranges::all_of(bins_, [](const bin& b) { return b.count == 0; });
 }
 
 void thread_cache::unbind() noexcept {
@@ -84,6 +89,7 @@ void thread_cache::unbind() noexcept {
   arena_bytes_ = 0;
   slabs_ = nullptr;
   misses_ = 0;
+  slot_.state.store(large_slot::empty, std::memory_order_relaxed);
 }
 
 std::uint64_t thread_cache::register_allocator() {
@@ -98,6 +104,7 @@ void thread_cache::unregister_allocator(std::uint64_t serial) {
   registry& r = the_registry();
   std::lock_guard lock(r.mu);
   r.live.erase(serial);
+  r.deaths.fetch_add(1, std::memory_order_relaxed);
 }
 
 void thread_cache::detach() {

@@ -1,4 +1,4 @@
-// Per-thread caches of small objects: the lock-free fast path.
+// Per-thread caches: the lock-free fast path.
 //
 // A thread cache is bound to one (allocator, stream) at a time. A small
 // object freed on that stream by this thread is parked in the cache (state
@@ -7,12 +7,22 @@
 // thread's memory and the object's own atomic state: no lock, no system
 // call, no heap allocation. Everything else takes the allocator's mutex.
 //
+// The cache also has one large-block slot: a large block freed on the bound
+// stream by this thread is parked there, and a request of the same rounded
+// size on that stream takes it back (the slot then holds it as `lent`, so
+// its free is lock-free too). The slot's state is one atomic that the owner
+// thread moves parked -> lent -> parked and the allocator's locked paths
+// move to empty (taking the block back): a compare-and-swap decides every
+// race, so a block always has exactly one owner.
+//
 // Accounting: parked objects stay counted as allocated in the allocator's
 // shared counters; the cache counts what went in and out, and stats() nets
 // the two, so current values are exact. Peaks are updated on the locked path
-// and may exceed the true peak by the bytes parked in caches: per class at
-// most 16 objects or 64 KiB, or one object of the classes above 64 KiB;
-// about 9 MiB per thread in all.
+// and may exceed the true peak by the bytes parked in other threads' caches:
+// per class at most 16 objects or 64 KiB, or one object of the classes
+// above 64 KiB (about 9 MiB per thread), plus one large block. A thread's own
+// parked large block is taken back before it allocates on the locked path,
+// so a single thread's peaks are not inflated by it.
 //
 // Lifetime: a cache outlives allocators (it checks a registry of live ones
 // before touching its owner) and flushes itself into its owner when the
@@ -47,7 +57,36 @@ class thread_cache {
     slab* s;
     std::uint32_t index;
   };
-  enum counter : std::uint8_t { alloc_req, free_req };
+  enum counter : std::uint8_t {
+    alloc_req,  // small: requested bytes allocated from / freed into the bins
+    free_req,
+    large_out,  // large slot: blocks, bytes and requested bytes out and in
+    large_in,
+    large_out_bytes,
+    large_in_bytes,
+    large_out_req,
+    large_in_req,
+    counter_count
+  };
+
+  /// The large-block slot (see above). `addr` and `size` are written by the
+  /// owner thread under the allocator's mutex while the slot is empty, and
+  /// read by others only after a successful take().
+  struct large_slot {
+    enum state_t : std::uint8_t { empty, parked, lent };
+    std::atomic<std::uint8_t> state{empty};
+    std::uintptr_t addr = 0;
+    std::size_t size = 0;                   // the block's (rounded) size
+    std::atomic<std::size_t> requested{0};  // the caller's size, last allocation
+    /// Moves the slot from `from` to `to`; false if it was not in `from`.
+    bool take(std::uint8_t from, std::uint8_t to) noexcept {
+      return state.compare_exchange_strong(from, to, std::memory_order_acq_rel,
+                                           std::memory_order_acquire);
+    }
+    [[nodiscard]] std::uint8_t load() const noexcept {
+      return state.load(std::memory_order_relaxed);
+    }
+  };
 
   /// The calling thread's cache. Fast path: one TLS load and a branch.
   static thread_cache& current() {
@@ -103,6 +142,7 @@ class thread_cache {
     return bins_[cls].out.load(std::memory_order_relaxed);
   }
   void count(counter c, std::int64_t v) noexcept { add(counters_[c], v); }
+  [[nodiscard]] large_slot& slot() noexcept { return slot_; }
   [[nodiscard]] std::int64_t read(counter c) const noexcept {
     return counters_[c].load(std::memory_order_relaxed);
   }
@@ -164,7 +204,9 @@ class thread_cache {
   unsigned page_shift_ = 0;
   const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
-  std::array<std::atomic<std::int64_t>, 2> counters_{};
+  std::uint64_t deaths_at_bind_ = 0;
+  std::array<std::atomic<std::int64_t>, counter_count> counters_{};
+  large_slot slot_;
   std::array<bin, size_classes::max_classes> bins_{};
 };
 
