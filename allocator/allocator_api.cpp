@@ -74,5 +74,20 @@ std::string allocator::memory_summary() const {
 std::string allocator::snapshot_json() const {
   return impl().snapshot_json();
 }
+std::string allocator::snapshot_pickle() const {
+  return impl().snapshot_pickle();
+}
+std::string allocator::trace_json() const {
+  return impl().trace_json();
+}
+std::string allocator::last_oom_report() const {
+  return impl().last_oom_report();
+}
+std::uint64_t allocator::add_pressure_handler(std::function<std::size_t(std::size_t)> handler) {
+  return impl().add_pressure_handler(std::move(handler));
+}
+void allocator::remove_pressure_handler(std::uint64_t id) {
+  check(impl().remove_pressure_handler(id));
+}
 
 }  // namespace strata

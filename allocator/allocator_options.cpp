@@ -10,7 +10,7 @@ namespace strata {
 namespace {
 
 constexpr std::string_view accepted_keys =
-    "device, release_threshold, small_size, memory_fraction, wait_before_grow";
+    "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer";
 
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
@@ -94,6 +94,15 @@ status apply(allocator_options& o, const conf_item& item) {
                      "' for 'wait_before_grow': expected true or false");
     }
     o.wait_before_grow = item.value == "true";
+    return {};
+  }
+  if (item.key == "trace_buffer") {
+    auto v = parse_count(item.key, item.value);
+    if (!v || *v > (std::uint64_t{1} << 26)) {
+      return invalid("bad value '" + item.value +
+                     "' for 'trace_buffer': expected a count of events from 0 (off) to 67108864");
+    }
+    o.trace_buffer = *v;
     return {};
   }
   return invalid("STRATA_CONF: unknown key '" + std::string(item.key) +

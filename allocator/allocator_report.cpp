@@ -65,10 +65,12 @@ std::string cell(std::int64_t v, bool bytes) {
 std::string caching_allocator::memory_summary() {
   std::lock_guard lock(mu_);
   refresh_derived_stats();
-  return summary_locked();
+  allocator_stats view = stats_;
+  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
+  return summary_of(view);
 }
 
-std::string caching_allocator::summary_locked() {
+std::string caching_allocator::summary_of(const allocator_stats& st) {
   std::ostringstream o;
   const std::string rule(79, '-');
   const std::string thick(79, '=');
@@ -79,8 +81,8 @@ std::string caching_allocator::summary_locked() {
   o << line;
   o << '|' << rule.substr(2) << "|\n";
   std::snprintf(line, sizeof line, "| %-36s | %-36s |\n",
-                ("OOMs: " + std::to_string(stats_.num_ooms)).c_str(),
-                ("allocation retries: " + std::to_string(stats_.num_alloc_retries)).c_str());
+                ("OOMs: " + std::to_string(st.num_ooms)).c_str(),
+                ("allocation retries: " + std::to_string(st.num_alloc_retries)).c_str());
   o << line << '|' << thick.substr(2) << "|\n";
   std::snprintf(line, sizeof line, "| %-21s | %-10s | %-10s | %-10s | %-10s |\n", "Metric",
                 "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
@@ -90,15 +92,15 @@ std::string caching_allocator::summary_locked() {
     const stat_array* stat;
     bool bytes;
   };
-  const row rows[] = {{"Allocated memory", &stats_.allocated_bytes, true},
-                      {"Active memory", &stats_.active_bytes, true},
-                      {"Requested memory", &stats_.requested_bytes, true},
-                      {"GPU reserved memory", &stats_.reserved_bytes, true},
-                      {"Non-releasable memory", &stats_.inactive_split_bytes, true},
-                      {"Allocations", &stats_.allocation, false},
-                      {"Active allocs", &stats_.active, false},
-                      {"GPU reserved pages", &stats_.segment, false},
-                      {"Non-releasable allocs", &stats_.inactive_split, false}};
+  const row rows[] = {{"Allocated memory", &st.allocated_bytes, true},
+                      {"Active memory", &st.active_bytes, true},
+                      {"Requested memory", &st.requested_bytes, true},
+                      {"GPU reserved memory", &st.reserved_bytes, true},
+                      {"Non-releasable memory", &st.inactive_split_bytes, true},
+                      {"Allocations", &st.allocation, false},
+                      {"Active allocs", &st.active, false},
+                      {"GPU reserved pages", &st.segment, false},
+                      {"Non-releasable allocs", &st.inactive_split, false}};
   for (const row& r : rows) {
     o << '|' << rule.substr(2) << "|\n";
     const char* labels[] = {r.name, "      from large pool", "      from small pool"};
@@ -113,9 +115,17 @@ std::string caching_allocator::summary_locked() {
   }
   o << '|' << rule.substr(2) << "|\n";
   std::snprintf(line, sizeof line, "| %-36s | %-36s |\n",
-                ("Device syncs for frees: " + std::to_string(stats_.num_sync_all_streams)).c_str(),
-                ("Page creates/releases: " + std::to_string(stats_.num_device_alloc) + "/" +
-                 std::to_string(stats_.num_device_free))
+                ("Device syncs for frees: " + std::to_string(st.num_sync_all_streams)).c_str(),
+                ("Page creates/releases: " + std::to_string(st.num_device_alloc) + "/" +
+                 std::to_string(st.num_device_free))
+                    .c_str());
+  o << line;
+  char frag[64];
+  std::snprintf(frag, sizeof frag, "Fragmentation: %.1f%% (peak %.1f%%)", 100 * st.fragmentation(),
+                100 * st.peak_fragmentation());
+  std::snprintf(line, sizeof line, "| %-36s | %-36s |\n", frag,
+                ("Stitches: " + std::to_string(st.num_stitches) + " (" +
+                 format_bytes(static_cast<std::uint64_t>(st.stitched_bytes)) + ")")
                     .c_str());
   o << line << '|' << thick.substr(2) << "|\n";
   return o.str();
@@ -167,13 +177,15 @@ std::string caching_allocator::snapshot_json() {
     }
     o << "]}";
   }
+  allocator_stats view = stats_;
+  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
   o << "],\"stats\":{";
   bool first = true;
-  for (const auto& [name, value] : stats_.to_map()) {
+  for (const auto& [name, value] : view.to_map()) {
     o << (first ? "" : ",") << quoted(name) << ":" << value;
     first = false;
   }
-  o << "}}";
+  o << "},\"last_oom\":" << (last_oom_ ? last_oom_->to_json() : std::string("null")) << "}";
   return o.str();
 }
 

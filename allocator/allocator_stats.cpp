@@ -1,5 +1,7 @@
 #include "allocator_stats.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace strata {
@@ -45,7 +47,28 @@ std::map<std::string, std::int64_t> allocator_stats::to_map() const {
   out["num_sync_all_streams"] = num_sync_all_streams;
   out["num_device_alloc"] = num_device_alloc;
   out["num_device_free"] = num_device_free;
+  out["num_stitches"] = num_stitches;
+  out["stitched_bytes"] = stitched_bytes;
+  out["fragmentation_ppm.current"] = std::llround(fragmentation() * 1e6);
+  out["fragmentation_ppm.peak"] = std::llround(peak_fragmentation() * 1e6);
   return out;
+}
+
+namespace {
+
+double one_minus_ratio(std::int64_t allocated, std::int64_t reserved) {
+  if (reserved <= 0) return 0.0;
+  return std::max(0.0, 1.0 - static_cast<double>(allocated) / static_cast<double>(reserved));
+}
+
+}  // namespace
+
+double allocator_stats::fragmentation() const noexcept {
+  return one_minus_ratio(allocated_bytes[pool_all].current, reserved_bytes[pool_all].current);
+}
+
+double allocator_stats::peak_fragmentation() const noexcept {
+  return one_minus_ratio(allocated_bytes[pool_all].peak, reserved_bytes[pool_all].peak);
 }
 
 }  // namespace strata

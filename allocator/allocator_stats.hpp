@@ -90,11 +90,20 @@ struct allocator_stats {
   std::int64_t num_sync_all_streams = 0;
   std::int64_t num_device_alloc = 0;
   std::int64_t num_device_free = 0;
+  std::int64_t num_stitches = 0;    // requests backed partly by pages moved from holes
+  std::int64_t stitched_bytes = 0;  // bytes of those moved pages
+
+  /// GMLake's fragmentation: 1 - allocated / reserved, of the current
+  /// values and of the peaks (0 when nothing is reserved).
+  [[nodiscard]] double fragmentation() const noexcept;
+  [[nodiscard]] double peak_fragmentation() const noexcept;
 
   /// Sets every peak to its current value.
   void reset_peaks() noexcept;
   /// Every counter by its PyTorch-style name, e.g.
-  /// "allocated_bytes.all.current", "num_ooms".
+  /// "allocated_bytes.all.current", "num_ooms"; fragmentation as
+  /// "fragmentation_ppm.current" and "fragmentation_ppm.peak" (parts per
+  /// million).
   [[nodiscard]] std::map<std::string, std::int64_t> to_map() const;
 };
 

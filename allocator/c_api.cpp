@@ -189,6 +189,42 @@ strata_status strata_snapshot_json(strata_allocator* a, char** out) {
   return impl != nullptr ? copy_out(impl->snapshot_json(), out) : no_allocator(a);
 }
 
+strata_status strata_trace_json(strata_allocator* a, char** out) {
+  auto* impl = get(a);
+  return impl != nullptr ? copy_out(impl->trace_json(), out) : no_allocator(a);
+}
+
+strata_status strata_last_oom_report(strata_allocator* a, char** out) {
+  auto* impl = get(a);
+  return impl != nullptr ? copy_out(impl->last_oom_report(), out) : no_allocator(a);
+}
+
+strata_status strata_snapshot_pickle(strata_allocator* a, char** out, size_t* size) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  if (size == nullptr) return fail(strata::errc::invalid_argument, "null size pointer");
+  const std::string bytes = impl->snapshot_pickle();
+  const strata_status s = copy_out(bytes, out);
+  if (s == STRATA_OK) *size = bytes.size();
+  return s;
+}
+
+strata_status strata_add_pressure_handler(strata_allocator* a, strata_pressure_fn fn, void* context,
+                                          uint64_t* id) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  if (fn == nullptr || id == nullptr) {
+    return fail(strata::errc::invalid_argument, "null handler or id pointer");
+  }
+  *id = impl->add_pressure_handler([fn, context](std::size_t bytes) { return fn(context, bytes); });
+  return STRATA_OK;
+}
+
+strata_status strata_remove_pressure_handler(strata_allocator* a, uint64_t id) {
+  auto* impl = get(a);
+  return impl != nullptr ? to_c(impl->remove_pressure_handler(id)) : no_allocator(a);
+}
+
 void strata_string_free(char* s) {
   std::free(s);
 }  // NOLINT(cppcoreguidelines-no-malloc)

@@ -29,6 +29,9 @@ result<std::unique_ptr<caching_allocator>> caching_allocator::create(
   if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0)) {
     return status{errc::invalid_argument, "memory_fraction must be in (0, 1]"};
   }
+  if (options.trace_buffer > (std::uint64_t{1} << 26)) {
+    return status{errc::invalid_argument, "trace_buffer must be at most 2^26 events"};
+  }
   if (options.small_size < 512) {
     return status{errc::invalid_argument, "small_size must be at least 512 bytes"};
   }
@@ -49,6 +52,7 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
                    granularity_),
       classes_(options.small_size & ~std::size_t{511}, granularity_),
       events_(*dev_),
+      trace_(static_cast<std::size_t>(options.trace_buffer)),
       serial_(thread_cache::register_allocator()) {}
 
 caching_allocator::~caching_allocator() {
@@ -137,6 +141,7 @@ result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t by
   stats_.allocated_bytes.add(pool_small, size);
   stats_.active_bytes.add(pool_small, size);
   stats_.requested_bytes.add(pool_small, static_cast<std::int64_t>(bytes));
+  if (trace_.on()) trace_.record(trace_action::alloc, p, s.object_size, st.stream.native);
   return reinterpret_cast<void*>(p);
 }
 
@@ -150,6 +155,7 @@ result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t by
   stats_.allocated_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.active_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.requested_bytes.add(pool, static_cast<std::int64_t>(bytes));
+  if (trace_.on()) trace_.record(trace_action::alloc, (*it)->first, size, st.stream.native);
   return reinterpret_cast<void*>((*it)->first);
 }
 
@@ -294,6 +300,12 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
 }
 
 void caching_allocator::count_free_request(const located& where) {
+  if (trace_.on()) {
+    const bool small = where.s != nullptr;
+    trace_.record(
+        trace_action::free_requested, small ? where.s->address(where.index) : where.block->first,
+        small ? where.s->object_size : where.block->second.size, where.owner->stream.native);
+  }
   if (where.s != nullptr) {
     stats_.allocation.add(pool_small, -1);
     stats_.allocated_bytes.add(pool_small, -static_cast<std::int64_t>(where.s->object_size));
@@ -359,6 +371,8 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
     const auto size = static_cast<std::int64_t>(s.object_size);
     stats_.active.add(pool_small, -1);
     stats_.active_bytes.add(pool_small, -size);
+    if (trace_.on())
+      trace_.record(trace_action::free_completed, addr, s.object_size, st.stream.native);
     return_to_slab(st, arena, s, static_cast<std::uint32_t>(s.index_of(addr)));
     return;
   }
@@ -367,6 +381,7 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
   stats_.active.add(pool, -1);
   stats_.active_bytes.add(pool, -static_cast<std::int64_t>(b.size));
+  if (trace_.on()) trace_.record(trace_action::free_completed, addr, b.size, st.stream.native);
   arena.mark_freed(it->first, b.size);
   arena.blocks().release(it);
   maybe_release();
@@ -392,23 +407,6 @@ void caching_allocator::refresh_derived_stats() {
   }
   stats_.inactive_split_bytes[pool_all].set(all_bytes);
   stats_.inactive_split[pool_all].set(all_count);
-}
-
-status caching_allocator::out_of_memory(std::size_t bytes, stream_handle stream) {
-  ++stats_.num_ooms;
-  auto info = dev_->get_memory_info();
-  const std::size_t held = held_pages_ * granularity_;
-  std::string msg =
-      "out of memory: cannot allocate " + format_bytes(bytes) + " (" + std::to_string(bytes) +
-      " bytes) on stream " + std::to_string(reinterpret_cast<std::uintptr_t>(stream.native)) +
-      ". Device capacity " + format_bytes(total_) + ", device free " +
-      (info ? format_bytes(info->free) : std::string("unknown")) + ", allocator limit " +
-      format_bytes(limit_) + "; allocated " +
-      format_bytes(static_cast<std::uint64_t>(stats_.allocated_bytes[pool_all].current)) +
-      ", reserved " + format_bytes(held) + " (" + format_bytes(idle_pages_.size() * granularity_) +
-      " idle in the page pool)";
-  if (bytes > limit_) msg += ". The request alone exceeds the allocator limit";
-  return {errc::out_of_memory, std::move(msg)};
 }
 
 status caching_allocator::set_memory_fraction(double fraction) {

@@ -19,6 +19,14 @@
 //     cache needs memory, and synchronized only if memory is still short.
 // Events are polled only on the slow path, never waited for on the fast path.
 //
+// The OOM chain (page_supply.cpp, oom_chain.cpp): a request that finds no
+// backed range reclaims completed frees; stitches idle pages from holes
+// anywhere into a contiguous range (unmapped there, mapped here, no copy);
+// creates pages within the limit; waits for the streams that guard freed
+// memory and gives up cached empty slabs and parked blocks; calls the
+// registered pressure handlers (without the mutex); retries; and only then
+// fails with out_of_memory and an oom_report.
+//
 // Fast path (a block this thread freed on the same stream: a small object in
 // its thread cache, or a large block of the same rounded size in its slot):
 // no lock, no system call, no heap allocation (fast_path.cpp).
@@ -31,15 +39,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "allocator_stats.hpp"
 #include "event_pool.hpp"
+#include "event_trace.hpp"
+#include "oom_report.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
 #include "spin_mutex.hpp"
@@ -95,6 +107,26 @@ class caching_allocator {
   [[nodiscard]] std::string memory_summary();
   /// JSON: the arenas with their mapped pages and blocks (see docs/allocator.md).
   [[nodiscard]] std::string snapshot_json();
+  /// The same state as a Python pickle in the structure of PyTorch's
+  /// torch.cuda.memory._dump_snapshot ("segments", "device_traces"), which
+  /// PyTorch's memory visualizer opens (see docs/allocator.md).
+  [[nodiscard]] std::string snapshot_pickle();
+  /// The event trace as JSON (see event_trace.hpp); empty events when the
+  /// trace is off (trace_buffer:0).
+  [[nodiscard]] std::string trace_json();
+  /// The last OOM's report as JSON, or "null" if none happened.
+  [[nodiscard]] std::string last_oom_report();
+
+  /// Asked to free `bytes` of this allocator's device memory when a request
+  /// fails; returns the bytes it freed. Called without the allocator's mutex
+  /// held (it may free through this allocator), from the failing thread.
+  /// A handler that throws counts as freeing nothing.
+  using pressure_handler = std::function<std::size_t(std::size_t bytes)>;
+  /// Registers `h`; returns its id (never 0).
+  std::uint64_t add_pressure_handler(pressure_handler h);
+  /// Unregisters handler `id`; invalid_argument if there is none. A call of
+  /// the handler already under way finishes.
+  status remove_pressure_handler(std::uint64_t id);
 
   device& dev() noexcept { return *dev_; }
 
@@ -140,6 +172,12 @@ class caching_allocator {
 
   // Larger requests fail as out of memory before any rounding can overflow.
   static constexpr std::size_t max_request = std::size_t{1} << 60;
+
+  // oom_chain.cpp: the end of the OOM chain.
+  result<void*> allocate_or_relieve(thread_cache& tc, std::size_t bytes, void* native_stream);
+  result<void*> allocate_locked(thread_cache& tc, std::size_t bytes, void* native_stream);
+  [[nodiscard]] oom_report build_oom_report(std::size_t bytes, stream_handle stream);
+  [[nodiscard]] std::size_t pages_needed(std::size_t bytes) const;
 
   // fast_path.cpp: the thread-cache paths and their bookkeeping.
   static void count_slot(thread_cache& tc, thread_cache::counter first, std::size_t requested);
@@ -189,7 +227,8 @@ class caching_allocator {
   status create_pages(std::size_t wanted, std::vector<page_run>& out);
   status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
                    std::vector<page_run>& pages);
-  void unmap_page(stream_arena& arena, std::size_t index);
+  // Records `page` as mapped at arena page `index` in the arena and the stats.
+  void account_mapped(stream_arena& arena, std::size_t index, page_run page);
   status release_idle(std::size_t keep_bytes);
   void maybe_release();
   // Reclaims completed frees, else waits for pending ones (and, under
@@ -210,7 +249,7 @@ class caching_allocator {
   void note_stream(stream_handle s);
 
   // allocator_report.cpp
-  [[nodiscard]] std::string summary_locked();
+  [[nodiscard]] std::string summary_of(const allocator_stats& st);
 
   spin_mutex mu_;
   std::unique_ptr<device> dev_;
@@ -234,6 +273,13 @@ class caching_allocator {
   void* last_native_ = nullptr;
   stream_state* last_state_ = nullptr;
   std::size_t last_arena_ = 0;  // index of the arena the last pointer was in
+
+  event_trace trace_;
+  std::optional<oom_report> oom_candidate_;  // built by the chain, kept if the OOM stands
+  std::optional<oom_report> last_oom_;
+  std::mutex handlers_mu_;  // guards handlers_ only; never held with mu_
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<const pressure_handler>>> handlers_;
+  std::uint64_t next_handler_ = 1;
 
   std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
   std::atomic<bool> recorded_any_{false};  // !recorded_streams_.empty(), for the fast path

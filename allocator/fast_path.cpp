@@ -37,17 +37,11 @@ result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
         }
       }
     }
-  } else if (bytes != 0 && tc.missed()) {
+  } else if (!trace_.on() && bytes != 0 && tc.missed()) {
+    // (With the trace on, caches never bind: every call is traced in order.)
     adopt_cache(tc, stream);
   }
-  std::lock_guard lock(mu_);
-  if (tc.owned_by(serial_) && tc.slot().load() == slot_state::parked) {
-    // Keep this thread's peaks exact: its parked block is not live.
-    fold_cache_counters(stats_, tc, classes_);
-    tc.reset_counters();
-    reclaim_parked(tc);
-  }
-  return allocate(bytes, stream);
+  return allocate_or_relieve(tc, bytes, stream);
 }
 
 status caching_allocator::free_async(void* ptr, void* stream) {
@@ -74,7 +68,7 @@ status caching_allocator::free_async(void* ptr, void* stream) {
         return {};
       }
     }
-  } else if (tc.missed()) {
+  } else if (!trace_.on() && tc.missed()) {
     adopt_cache(tc, stream);
   }
   std::lock_guard lock(mu_);

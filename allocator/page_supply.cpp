@@ -33,7 +33,10 @@ status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, s
     pages.push_back(idle_pages_.back());
     idle_pages_.pop_back();
   }
-  if (pages.size() < needed.size()) take_idle_pages(needed.size() - pages.size(), &arena, pages);
+  std::size_t stitched = 0;  // pages moved here from holes elsewhere
+  if (pages.size() < needed.size()) {
+    stitched = take_idle_pages(needed.size() - pages.size(), &arena, pages);
+  }
   status created;
   if (pages.size() < needed.size() && may_create) {
     created = create_pages(needed.size() - pages.size(), pages);
@@ -43,7 +46,14 @@ status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, s
     if (!created.ok() && created.code() != errc::out_of_memory) return created;
     return {errc::out_of_memory, "no idle page to back the request"};
   }
-  return map_pages(arena, needed, pages);
+  if (auto s = map_pages(arena, needed, pages); !s) return s;
+  if (stitched > 0) {
+    ++stats_.num_stitches;
+    stats_.stitched_bytes += static_cast<std::int64_t>(stitched * granularity_);
+    if (trace_.on())
+      trace_.record(trace_action::stitch, addr, stitched * granularity_, arena.stream().native);
+  }
+  return {};
 }
 
 std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena* first,
@@ -64,6 +74,9 @@ std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena*
         const page_run run = a.page(i);
         if (!a.page_idle(i) || !dev_->unmap(a.page_addr(i), g)) continue;
         a.set_page(i, {});
+        if (trace_.on()) {
+          trace_.record(trace_action::segment_unmap, a.page_addr(i), g, a.stream().native);
+        }
         mapped_bytes_[static_cast<std::size_t>(a.kind())] -= g;
         stats_.segment[pool_of(a.kind())].decrease(1);
         stats_.reserved_bytes[pool_of(a.kind())].decrease(static_cast<std::int64_t>(g));
@@ -98,28 +111,51 @@ status caching_allocator::create_pages(std::size_t wanted, std::vector<page_run>
 
 status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
                                     std::vector<page_run>& pages) {
+  // One map call per page (each page is its own physical allocation), one
+  // set_access per run of adjacent pages (the device allows whole mappings).
   const std::size_t g = granularity_;
-  for (std::size_t j = 0; j < indices.size(); ++j) {
+  for (std::size_t j = 0; j < indices.size();) {
+    std::size_t end = j + 1;
+    while (end < indices.size() && indices[end] == indices[end - 1] + 1) ++end;
     const std::uintptr_t va = arena.page_addr(indices[j]);
-    status s = dev_->map(va, g, pages[j], 0);
-    if (s.ok()) {
-      s = dev_->set_access(va, g);
-      if (!s.ok()) (void)dev_->unmap(va, g);
+    std::size_t k = j;
+    status s;
+    for (; k < end; ++k) {
+      s = dev_->map(arena.page_addr(indices[k]), g, pages[k], 0);
+      if (!s.ok()) break;
     }
+    if (s.ok()) s = dev_->set_access(va, (end - j) * g);
     if (!s.ok()) {
-      // Nothing is lost: unused pages return to the pool; pages already
-      // mapped stay mapped (and accounted) under what is now free space.
-      idle_pages_.insert(idle_pages_.end(), pages.begin() + static_cast<std::ptrdiff_t>(j),
+      // Nothing is lost: this run's pages are unmapped again and, with the
+      // unused ones, return to the pool; a page that will not unmap stays
+      // mapped (and accounted) under what is now free space; earlier runs
+      // stay mapped too.
+      for (std::size_t m = j; m < k; ++m) {
+        if (dev_->unmap(arena.page_addr(indices[m]), g)) {
+          idle_pages_.push_back(pages[m]);
+        } else {
+          account_mapped(arena, indices[m], pages[m]);
+        }
+      }
+      idle_pages_.insert(idle_pages_.end(), pages.begin() + static_cast<std::ptrdiff_t>(k),
                          pages.end());
+      refresh_derived_stats();
       return s;
     }
-    arena.set_page(indices[j], pages[j]);
-    mapped_bytes_[static_cast<std::size_t>(arena.kind())] += g;
-    stats_.segment[pool_of(arena.kind())].increase(1);
-    stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(g));
+    for (std::size_t m = j; m < end; ++m) account_mapped(arena, indices[m], pages[m]);
+    if (trace_.on())
+      trace_.record(trace_action::segment_map, va, (end - j) * g, arena.stream().native);
+    j = end;
   }
   refresh_derived_stats();
   return {};
+}
+
+void caching_allocator::account_mapped(stream_arena& arena, std::size_t index, page_run page) {
+  arena.set_page(index, page);
+  mapped_bytes_[static_cast<std::size_t>(arena.kind())] += granularity_;
+  stats_.segment[pool_of(arena.kind())].increase(1);
+  stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(granularity_));
 }
 
 status caching_allocator::release_idle(std::size_t keep_bytes) {

@@ -37,6 +37,10 @@ struct allocator_options {
   /// new pages (true: least memory), or create first and wait only when the
   /// device is full (false: least waiting).
   bool wait_before_grow = true;
+  /// Events the event trace keeps (a ring: the newest win); 0 turns the
+  /// trace off. While it is on, every call takes the locked path so that
+  /// the trace is complete and in order. At most 2^26.
+  std::uint64_t trace_buffer = 0;
 };
 
 /// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are

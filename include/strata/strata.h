@@ -88,5 +88,26 @@ STRATA_C_API strata_status strata_memory_summary(strata_allocator* a, char** out
 STRATA_C_API strata_status strata_snapshot_json(strata_allocator* a, char** out);
 STRATA_C_API void strata_string_free(char* s);
 
+/* The event trace as JSON (docs/allocator.md; empty unless trace_buffer > 0)
+ * and the last OOM's report as JSON ("null" if none), freed with
+ * strata_string_free. */
+STRATA_C_API strata_status strata_trace_json(strata_allocator* a, char** out);
+STRATA_C_API strata_status strata_last_oom_report(strata_allocator* a, char** out);
+
+/* The snapshot as a pickle in the structure of PyTorch's _dump_snapshot:
+ * `*out` gets `*size` bytes (not NUL-terminated), freed with
+ * strata_string_free. */
+STRATA_C_API strata_status strata_snapshot_pickle(strata_allocator* a, char** out, size_t* size);
+
+/* A pressure handler: asked to free `bytes` of device memory when a request
+ * would fail; returns the bytes it freed. Runs on the failing thread with no
+ * allocator lock held and may free through the allocator. */
+typedef size_t (*strata_pressure_fn)(void* context, size_t bytes);
+/* Registers `fn` (not NULL) with `context`; `*id` names it for removal. */
+STRATA_C_API strata_status strata_add_pressure_handler(strata_allocator* a, strata_pressure_fn fn,
+                                                       void* context, uint64_t* id);
+/* INVALID_ARGUMENT for an unknown id. */
+STRATA_C_API strata_status strata_remove_pressure_handler(strata_allocator* a, uint64_t id);
+
 /* NOLINTEND(modernize-deprecated-headers,modernize-use-using) */
 #endif /* STRATA_STRATA_H */

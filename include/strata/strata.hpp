@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -63,6 +64,21 @@ class STRATA_API allocator {
   void reset_peak_stats();
   [[nodiscard]] std::string memory_summary() const;
   [[nodiscard]] std::string snapshot_json() const;
+  /// The snapshot as a pickle in the structure of PyTorch's
+  /// torch.cuda.memory._dump_snapshot (bytes; write them to a .pickle file).
+  [[nodiscard]] std::string snapshot_pickle() const;
+  /// The event trace as JSON (needs trace_buffer > 0 to hold events).
+  [[nodiscard]] std::string trace_json() const;
+  /// The last OOM's report as JSON ("null" if none).
+  [[nodiscard]] std::string last_oom_report() const;
+  /// Registers a handler asked to free `bytes` of device memory when a
+  /// request would fail; it returns the bytes it freed, runs on the failing
+  /// thread without any allocator lock held, and may free through this
+  /// allocator. A handler that throws counts as freeing nothing. Returns an
+  /// id for remove_pressure_handler.
+  std::uint64_t add_pressure_handler(std::function<std::size_t(std::size_t bytes)> handler);
+  /// Throws `error` (invalid_argument) for an unknown id.
+  void remove_pressure_handler(std::uint64_t id);
 
  private:
   [[nodiscard]] caching_allocator& impl() const;

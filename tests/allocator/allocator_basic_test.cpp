@@ -98,7 +98,7 @@ TEST(Allocator, OutOfMemoryReportsTheNumbersAndKeepsWorking) {
   EXPECT_EQ(huge.code(), errc::out_of_memory);
   const std::string& m = huge.error().message();
   for (const char* part : {"1 TiB", "1099511627776 bytes", "capacity 32 MiB", "allocated",
-                           "reserved", "exceeds the allocator limit"}) {
+                           "reserved", "exceeds the allocator's limit", "verdict"}) {
     EXPECT_NE(m.find(part), std::string::npos) << part << " missing from: " << m;
   }
   auto absurd = a->malloc(static_cast<std::size_t>(-1));

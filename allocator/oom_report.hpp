@@ -1,0 +1,54 @@
+// What the allocator reports when a request cannot be served: the numbers
+// a user needs, and a verdict that says what would have made it fit.
+//
+// Built under the allocator's mutex at the end of the OOM chain (see
+// caching_allocator.hpp); rendered as text (logged once per OOM, and the
+// message of the out_of_memory error) and as JSON (the snapshot's
+// "last_oom", last_oom_report()).
+//
+// Thread safety: a plain value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct oom_report {
+  struct live_block {
+    std::uintptr_t address = 0;
+    std::size_t size = 0;
+    std::uintptr_t stream = 0;
+  };
+
+  std::size_t requested = 0;    // the caller's size, bytes
+  std::size_t needed = 0;       // bytes of pages the request needs
+  std::uintptr_t stream = 0;    // the request's native stream
+  std::size_t capacity = 0;     // device memory
+  std::size_t device_free = 0;  // free on the device at the OOM
+  bool device_free_known = false;
+  std::size_t limit = 0;  // capacity x memory_fraction
+  double memory_fraction = 1.0;
+  std::size_t allocated = 0;  // live blocks (rounded sizes)
+  std::size_t reserved = 0;   // pages held
+  std::size_t reserved_unallocated = 0;
+  std::size_t obtainable = 0;          // idle pages plus pages the limit and device still allow
+  std::size_t largest_free_range = 0;  // largest free block whose pages are all mapped
+  std::size_t pending_bytes = 0;       // freed, still waiting on events
+  std::uintptr_t pending_stream = 0;   // the stream holding most of them
+  std::size_t pending_on_stream = 0;
+  std::size_t handlers_asked = 0;  // bytes the pressure handlers were asked for
+  std::size_t handlers_freed = 0;
+  std::size_t handler_failures = 0;      // handlers that threw
+  std::vector<live_block> largest_live;  // up to ten, largest first
+  std::string verdict;
+
+  /// Fills `verdict` from the numbers.
+  void decide();
+  [[nodiscard]] std::string to_text() const;
+  [[nodiscard]] std::string to_json() const;
+};
+
+}  // namespace strata

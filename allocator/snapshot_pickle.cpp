@@ -1,0 +1,179 @@
+// snapshot_pickle(): the allocator's state and event trace in the structure
+// of PyTorch's torch.cuda.memory._dump_snapshot, so PyTorch's memory
+// visualizer (pytorch.org/memory_viz) and its scripts read it.
+//
+// Mapping: every run of adjacent mapped pages in an arena is one segment
+// (is_expandable: pages come and go like PyTorch's expandable segments);
+// large blocks, and the objects of small-arena slabs, are its blocks,
+// clipped to the run; trace events keep their PyTorch names, and `stitch`
+// (which PyTorch does not have) is left out: its pages appear as
+// segment_unmap and segment_map events.
+#include <algorithm>
+#include <string_view>
+
+#include "caching_allocator.hpp"
+#include "pickle_writer.hpp"
+
+namespace strata {
+
+namespace {
+
+struct segment_totals {
+  std::uint64_t allocated = 0;
+  std::uint64_t active = 0;
+  std::uint64_t requested = 0;
+};
+
+void write_block(pickle_writer& w, std::uintptr_t addr, std::size_t size, std::size_t requested,
+                 const char* state) {
+  w.begin_dict();
+  w.key("address");
+  w.unsigned_integer(addr);
+  w.key("size");
+  w.unsigned_integer(size);
+  w.key("requested_size");
+  w.unsigned_integer(requested);
+  w.key("state");
+  w.str(state);
+  w.key("frames");
+  w.begin_list();
+  w.end_list();
+  w.end_dict();
+}
+
+const char* object_state_name(object_state s) {
+  switch (s) {
+    case object_state::live:
+      return "active_allocated";
+    case object_state::pending:
+      return "active_pending_free";
+    default:
+      return "inactive";
+  }
+}
+
+}  // namespace
+
+std::string caching_allocator::snapshot_pickle() {
+  std::lock_guard lock(mu_);
+  pickle_writer w;
+  w.begin_dict();
+  w.key("segments");
+  w.begin_list();
+  for (std::size_t k = 0; k < arenas_.size(); ++k) {
+    stream_arena& a = *arenas_[k];
+    const auto native = reinterpret_cast<std::uintptr_t>(owners_[k]->stream.native);
+    for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {
+      std::size_t j = i;
+      while (j + 1 < a.page_count() && a.is_mapped(j + 1)) ++j;
+      const std::uintptr_t lo = a.page_addr(i);
+      const std::uintptr_t hi = a.page_addr(j) + granularity_;
+      // Blocks of the segment, clipped to it; the totals follow them.
+      segment_totals t;
+      const auto add = [&](std::uintptr_t addr, std::size_t size, std::size_t requested,
+                           const char* state) {
+        const std::uintptr_t b = std::max(addr, lo);
+        const std::uintptr_t e = std::min<std::uintptr_t>(addr + size, hi);
+        if (b >= e) return;
+        const std::string_view s = state;
+        if (s == "active_allocated") {
+          t.allocated += e - b;
+          t.requested += requested;
+        }
+        if (s != "inactive") t.active += e - b;
+        write_block(w, b, e - b, requested, state);
+      };
+      w.begin_dict();
+      w.key("device");
+      w.integer(0);
+      w.key("address");
+      w.unsigned_integer(lo);
+      w.key("total_size");
+      w.unsigned_integer(hi - lo);
+      w.key("stream");
+      w.unsigned_integer(native);
+      w.key("segment_type");
+      w.str(a.kind() == pool_kind::small ? "small" : "large");
+      w.key("segment_pool_id");
+      w.begin_tuple();
+      w.integer(0);
+      w.integer(0);
+      w.end_tuple();
+      w.key("is_expandable");
+      w.boolean(true);
+      w.key("frames");
+      w.begin_list();
+      w.end_list();
+      w.key("blocks");
+      w.begin_list();
+      for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
+        const block_info& b = it->second;
+        if (it->first >= hi || it->first + b.size <= lo) continue;
+        const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
+                            ? a.slab_at(a.page_of(it->first))
+                            : nullptr;
+        if (s != nullptr) {
+          for (std::uint32_t o = 0; o < s->capacity; ++o) {
+            const object_state st = s->state(o);
+            add(s->address(o), s->object_size, st == object_state::live ? s->requested(o) : 0,
+                object_state_name(st));
+          }
+          continue;
+        }
+        const bool parked =
+            b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked;
+        const char* state = b.state == block_state::free || parked ? "inactive"
+                            : b.state == block_state::pending      ? "active_pending_free"
+                                                                   : "active_allocated";
+        add(it->first, b.size, b.state == block_state::allocated && !parked ? b.requested : 0,
+            state);
+      }
+      w.end_list();
+      w.key("allocated_size");
+      w.unsigned_integer(t.allocated);
+      w.key("active_size");
+      w.unsigned_integer(t.active);
+      w.key("requested_size");
+      w.unsigned_integer(t.requested);
+      w.end_dict();
+      i = a.next_mapped(j + 1, a.page_count());
+    }
+  }
+  w.end_list();
+
+  w.key("device_traces");
+  w.begin_list();
+  w.begin_list();
+  for (const trace_event& e : trace_.events()) {
+    if (e.action == trace_action::stitch) continue;
+    w.begin_dict();
+    w.key("action");
+    w.str(trace_action_name(e.action));
+    w.key("addr");
+    w.unsigned_integer(e.address);
+    w.key("size");
+    w.unsigned_integer(e.size);
+    w.key("stream");
+    w.unsigned_integer(e.stream);
+    w.key("time_us");
+    w.integer(e.time_ns / 1000);
+    w.key("frames");
+    w.begin_list();
+    w.end_list();
+    w.end_dict();
+  }
+  w.end_list();
+  w.end_list();
+
+  w.key("allocator_settings");
+  w.begin_dict();
+  w.key("allocator");
+  w.str("strata");
+  w.key("trace_buffer");
+  w.unsigned_integer(trace_.capacity());
+  w.end_dict();
+  w.end_dict();
+  return std::move(w).finish();
+}
+
+}  // namespace strata
