@@ -107,7 +107,8 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
   r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
   std::size_t may_create = limit_ > r.reserved ? limit_ - r.reserved : 0;
   if (r.device_free_known) may_create = std::min(may_create, r.device_free);
-  r.obtainable = idle_pages_.size() * granularity_ + may_create;
+  r.idle = idle_pages_.size() * granularity_;
+  r.obtainable = r.idle + may_create;
 
   std::vector<oom_report::live_block> live;
   for (std::size_t k = 0; k < arenas_.size(); ++k) {

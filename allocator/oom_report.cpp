@@ -51,8 +51,9 @@ void oom_report::decide() {
   if (other_users > 0) {
     verdict += " (other users of the device hold " + format_bytes(other_users) + ")";
   }
-  if (reserved_unallocated >= missing) {
-    verdict += "; " + format_bytes(reserved_unallocated) +
+  const std::size_t shared = reserved_unallocated > idle ? reserved_unallocated - idle : 0;
+  if (shared >= missing) {
+    verdict += "; " + format_bytes(shared) +
                " of reserved memory is free but in pages shared with live blocks";
   }
 }
@@ -64,8 +65,9 @@ std::string oom_report::to_text() const {
        (device_free_known ? format_bytes(device_free) : std::string("unknown")) +
        ", allocator limit " + format_bytes(limit) + "\n";
   t += "  allocated " + format_bytes(allocated) + ", reserved " + format_bytes(reserved) +
-       ", reserved but unallocated " + format_bytes(reserved_unallocated) +
-       ", largest contiguous free range " + format_bytes(largest_free_range) + "\n";
+       ", reserved but unallocated " + format_bytes(reserved_unallocated) + " (" +
+       format_bytes(idle) + " idle)" + ", largest contiguous free range " +
+       format_bytes(largest_free_range) + "\n";
   if (pending_bytes > 0) t += "  pending frees " + format_bytes(pending_bytes) + "\n";
   if (handlers_asked > 0) {
     t += "  pressure handlers asked for " + format_bytes(handlers_asked) + ", freed " +
@@ -85,27 +87,47 @@ std::string oom_report::to_text() const {
 }
 
 std::string oom_report::to_json() const {
-  std::string j =
-      "{\"requested\":" + std::to_string(requested) + ",\"needed\":" + std::to_string(needed) +
-      ",\"stream\":\"" + hex(stream) + "\",\"capacity\":" + std::to_string(capacity) +
-      ",\"device_free\":" +
-      (device_free_known ? std::to_string(device_free) : std::string("null")) +
-      ",\"limit\":" + std::to_string(limit) + ",\"allocated\":" + std::to_string(allocated) +
-      ",\"reserved\":" + std::to_string(reserved) +
-      ",\"reserved_unallocated\":" + std::to_string(reserved_unallocated) +
-      ",\"largest_free_range\":" + std::to_string(largest_free_range) +
-      ",\"pending_bytes\":" + std::to_string(pending_bytes) +
-      ",\"handlers_asked\":" + std::to_string(handlers_asked) +
-      ",\"handlers_freed\":" + std::to_string(handlers_freed) +
-      ",\"handler_failures\":" + std::to_string(handler_failures) + ",\"largest_live\":[";
-  bool first = true;
-  for (const live_block& b : largest_live) {
-    j += std::string(first ? "" : ",") + "{\"address\":\"" + hex(b.address) +
-         "\",\"size\":" + std::to_string(b.size) + ",\"stream\":\"" + hex(b.stream) + "\"}";
-    first = false;
+  std::string j;
+  const auto key = [&](const char* k) {
+    j += j.empty() ? '{' : ',';
+    j += '"';
+    j += k;
+    j += "\":";
+  };
+  const auto num = [&](const char* k, std::uint64_t v) {
+    key(k);
+    j += std::to_string(v);
+  };
+  const auto text = [&](const char* k, const std::string& v) {
+    key(k);
+    j += '"' + v + '"';
+  };
+  num("requested", requested);
+  num("needed", needed);
+  text("stream", hex(stream));
+  num("capacity", capacity);
+  key("device_free");
+  j += device_free_known ? std::to_string(device_free) : std::string("null");
+  num("limit", limit);
+  num("allocated", allocated);
+  num("reserved", reserved);
+  num("reserved_unallocated", reserved_unallocated);
+  num("idle", idle);
+  num("largest_free_range", largest_free_range);
+  num("pending_bytes", pending_bytes);
+  num("handlers_asked", handlers_asked);
+  num("handlers_freed", handlers_freed);
+  num("handler_failures", handler_failures);
+  key("largest_live");
+  j += '[';
+  for (std::size_t i = 0; i < largest_live.size(); ++i) {
+    const live_block& b = largest_live[i];
+    j += (i == 0 ? "" : ",") + std::string(R"({"address":")") + hex(b.address) + R"(","size":)" +
+         std::to_string(b.size) + R"(,"stream":")" + hex(b.stream) + R"("})";
   }
-  j += "],\"verdict\":\"" + verdict + "\"}";
-  return j;
+  j += ']';
+  text("verdict", verdict);
+  return j + '}';
 }
 
 }  // namespace strata

@@ -34,6 +34,7 @@ struct oom_report {
   std::size_t allocated = 0;  // live blocks (rounded sizes)
   std::size_t reserved = 0;   // pages held
   std::size_t reserved_unallocated = 0;
+  std::size_t idle = 0;                // idle pages in the page pool
   std::size_t obtainable = 0;          // idle pages plus pages the limit and device still allow
   std::size_t largest_free_range = 0;  // largest free block whose pages are all mapped
   std::size_t pending_bytes = 0;       // freed, still waiting on events

@@ -84,6 +84,52 @@ TEST(CApi, ConfFromTheEnvironment) {
   ASSERT_EQ(unsetenv("STRATA_CONF"), 0);
 }
 
+struct c_spiller {
+  strata_allocator* a;
+  void* held;
+  std::size_t calls;
+};
+
+std::size_t spill(void* context, std::size_t bytes) {
+  auto* s = static_cast<c_spiller*>(context);
+  ++s->calls;
+  if (s->held == nullptr || strata_free_async(s->a, s->held, nullptr) != STRATA_OK) return 0;
+  s->held = nullptr;
+  return bytes;
+}
+
+TEST(CApi, PressureHandlersTraceAndOomReport) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB,trace_buffer:64", &a), STRATA_OK)
+      << strata_last_error_message();
+  c_spiller s{a, nullptr, 0};
+  ASSERT_EQ(strata_malloc_async(a, 12 << 20, nullptr, &s.held), STRATA_OK);
+  std::uint64_t id = 0;
+  EXPECT_EQ(strata_add_pressure_handler(a, nullptr, &s, &id), STRATA_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(strata_add_pressure_handler(a, spill, &s, &id), STRATA_OK);
+  void* p = nullptr;
+  ASSERT_EQ(strata_malloc_async(a, 8 << 20, nullptr, &p), STRATA_OK);  // the handler spills
+  EXPECT_EQ(s.calls, 1u);
+  void* q = nullptr;
+  EXPECT_EQ(strata_malloc_async(a, 12 << 20, nullptr, &q), STRATA_ERROR_OUT_OF_MEMORY);
+  char* text = nullptr;
+  ASSERT_EQ(strata_last_oom_report(a, &text), STRATA_OK);
+  EXPECT_NE(std::string(text).find("\"requested\":12582912"), std::string::npos) << text;
+  strata_string_free(text);
+  ASSERT_EQ(strata_trace_json(a, &text), STRATA_OK);
+  EXPECT_NE(std::string(text).find("\"action\":\"oom\""), std::string::npos) << text;
+  strata_string_free(text);
+  std::size_t size = 0;
+  ASSERT_EQ(strata_snapshot_pickle(a, &text, &size), STRATA_OK);
+  ASSERT_GT(size, 2u);
+  EXPECT_EQ(static_cast<unsigned char>(text[0]), 0x80) << "pickle protocol opcode";
+  EXPECT_EQ(text[size - 1], '.') << "pickle STOP opcode";
+  strata_string_free(text);
+  EXPECT_EQ(strata_remove_pressure_handler(a, id), STRATA_OK);
+  EXPECT_EQ(strata_remove_pressure_handler(a, id), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(CppApi, RaiiAndExceptions) {
   auto a = allocator::from_conf("device:sim:capacity=64MiB");
   void* p = a.malloc(1 << 20);
@@ -103,6 +149,23 @@ TEST(CppApi, RaiiAndExceptions) {
   EXPECT_THROW(a.malloc(16), error);  // NOLINT(bugprone-use-after-move): checked on purpose
   EXPECT_NO_THROW(moved.empty_cache());
   EXPECT_THROW(allocator::from_conf("small_size:1"), error);
+}
+
+TEST(CppApi, ReportsAndPressureHandlers) {
+  auto a = allocator::from_conf("device:sim:capacity=16MiB,trace_buffer:16");
+  void* held = a.malloc_async(12 << 20, nullptr);
+  const std::uint64_t id = a.add_pressure_handler([&](std::size_t bytes) -> std::size_t {
+    a.free_async(held, nullptr);
+    return bytes;
+  });
+  void* p = a.malloc_async(8 << 20, nullptr);
+  EXPECT_NE(p, nullptr);
+  a.remove_pressure_handler(id);
+  EXPECT_THROW(a.remove_pressure_handler(id), error);
+  EXPECT_EQ(a.last_oom_report(), "null");
+  EXPECT_NE(a.trace_json().find("\"action\":\"alloc\""), std::string::npos);
+  EXPECT_FALSE(a.snapshot_pickle().empty());
+  a.free_async(p, nullptr);
 }
 
 }  // namespace

@@ -223,8 +223,9 @@ TEST(Allocator, SummaryAndSnapshotDescribeTheState) {
 TEST(AllocatorConf, ParsesKeysAndDeviceSpecsWithCommas) {
   auto o = parse_allocator_conf(
       "device:sim:capacity=1GiB,granularity=2MiB,release_threshold:64MiB,small_size:512KiB,"
-      "memory_fraction:0.5,wait_before_grow:false");
+      "memory_fraction:0.5,wait_before_grow:false,trace_buffer:4096");
   ASSERT_TRUE(o.ok()) << o.error().to_string();
+  EXPECT_EQ(o->trace_buffer, 4096u);
   EXPECT_EQ(o->device, "sim:capacity=1GiB,granularity=2MiB");
   EXPECT_EQ(o->release_threshold, 64u << 20);
   EXPECT_EQ(o->small_size, 512u << 10);
@@ -241,8 +242,8 @@ TEST(AllocatorConf, BadConfNamesTheKey) {
        {bad{"colour:blue", "unknown key 'colour'"}, bad{"memory_fraction:2", "'memory_fraction'"},
         bad{"small_size:lots", "'small_size'"}, bad{"release_threshold:-1", "'release_threshold'"},
         bad{"granularity=2MiB", "key:value"}, bad{"device:sim,device:cuda", "given twice"},
-        bad{"wait_before_grow:maybe", "true or false"},
-        bad{"memory_fraction:0.5,,", "empty item"}}) {
+        bad{"wait_before_grow:maybe", "true or false"}, bad{"trace_buffer:lots", "'trace_buffer'"},
+        bad{"trace_buffer:1000000000", "67108864"}, bad{"memory_fraction:0.5,,", "empty item"}}) {
     auto o = parse_allocator_conf(b.conf);
     ASSERT_FALSE(o.ok()) << b.conf;
     EXPECT_EQ(o.code(), errc::invalid_argument);
