@@ -189,4 +189,32 @@ std::string caching_allocator::snapshot_json() {
   return o.str();
 }
 
+std::vector<caching_allocator::arena_pages> caching_allocator::page_map() {
+  std::lock_guard lock(mu_);
+  std::vector<arena_pages> out;
+  for (std::size_t k = 0; k < arenas_.size(); ++k) {
+    stream_arena& a = *arenas_[k];
+    arena_pages m;
+    m.stream = reinterpret_cast<std::uintptr_t>(owners_[k]->stream.native);
+    m.small = a.kind() == pool_kind::small;
+    for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();
+         i = a.next_mapped(i + 1, a.page_count())) {
+      m.pages.resize(i + 1, 0);
+      m.pages[i] = 1;
+    }
+    for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
+      const block_info& b = it->second;
+      const bool parked =
+          b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked;
+      if (b.state == block_state::free || parked) continue;
+      for (std::size_t i = a.page_of(it->first);
+           i <= a.page_of(it->first + b.size - 1) && i < m.pages.size(); ++i) {
+        m.pages[i] = 2;
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace strata

@@ -86,10 +86,11 @@ void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter first
 }
 
 bool caching_allocator::park(const located& where, void* native) {
+  if (where.s != nullptr) return false;  // small objects have the bins
   thread_cache& tc = thread_cache::current();
   block_info& b = where.block->second;
   // With a release threshold, freed memory should go back promptly: no parking.
-  if (where.s != nullptr || b.requested <= options_.small_size || !tc.bound_to(serial_, native) ||
+  if (b.requested <= options_.small_size || !tc.bound_to(serial_, native) ||
       tc.slot().load() != slot_state::empty ||
       options_.release_threshold != std::numeric_limits<std::uint64_t>::max()) {
     return false;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "demo_command.hpp"
+#include "replay_command.hpp"
 
 int main(int argc, char** argv) try {
   CLI::App app{"strata: a caching GPU memory allocator with offload tiers"};
@@ -18,8 +19,26 @@ int main(int argc, char** argv) try {
   demo->add_option("--device", spec, "Device spec: sim[:key=value,...], cuda[:N] or auto")
       ->capture_default_str();
 
+  strata::replay_command_options ro;
+  auto* replay = app.add_subcommand(
+      "replay", "Replay an allocation trace on Strata and report its memory use (docs/replay.md)");
+  replay->add_option("trace", ro.trace,
+                     "PyTorch memory snapshot (.pickle), Strata trace JSON, RMM log CSV or "
+                     "id,lower,upper,size CSV")
+      ->required();
+  replay->add_option("--device", ro.device, "Device spec: sim[:key=value,...], cuda[:N] or auto")
+      ->capture_default_str();
+  replay->add_option("--conf", ro.conf, "STRATA_CONF options (docs/configuration.md)");
+  replay->add_option("--device-index", ro.device_index, "Which device trace of a PyTorch snapshot")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  replay->add_option("--json", ro.json_out, "Write the report as JSON to this file");
+  replay->add_option("--html", ro.html_out, "Write the report as a self-contained HTML page");
+  replay->add_flag("--quiet", ro.quiet, "Print nothing but errors");
+
   CLI11_PARSE(app, argc, argv);
   if (*demo) return strata::run_demo(spec);
+  if (*replay) return strata::run_replay(ro);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "strata: %s\n", e.what());

@@ -1,0 +1,119 @@
+#include "replay_report.hpp"
+
+#include <cstdio>
+
+#include "option_list.hpp"
+
+namespace strata::replay {
+
+namespace {
+
+std::string ratio(std::uint64_t a, std::uint64_t b) {
+  if (b == 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(a) / static_cast<double>(b));
+  return buf;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string json_string(std::string_view s) {
+  std::string o = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + '"';
+}
+
+std::string report_text(const alloc_trace& trace, const replay_result& r) {
+  std::string t;
+  const auto line = [&](const std::string& k, const std::string& v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %-34s ", k.c_str());
+    t += buf + v + "\n";
+  };
+  t += "strata replay: " + trace.source + " (" + trace.format + ")\n";
+  line("device", r.device);
+  line("events replayed", std::to_string(r.events) + " (" + std::to_string(trace.seeds.size()) +
+                              " blocks live at the start)");
+  line("peak live bytes", format_bytes(r.peak_live));
+  line("Strata peak allocated", format_bytes(r.peak_allocated));
+  line("Strata peak reserved", format_bytes(r.peak_reserved) + "  (" +
+                                   ratio(r.peak_reserved, r.peak_live) + " x peak live)");
+  if (r.has_baseline) {
+    line("recording allocator peak reserved", format_bytes(r.baseline_peak_reserved));
+    line("Strata / recording allocator", ratio(r.peak_reserved, r.baseline_peak_reserved));
+  } else {
+    line("recording allocator peak reserved", "not in the trace");
+  }
+  line("fragmentation (1 - alloc/reserved)", number(100 * r.fragmentation) + "% at peak");
+  line("stitches", std::to_string(r.stitches) + " (" +
+                       format_bytes(static_cast<std::uint64_t>(r.stitched_bytes)) + " remapped)");
+  line("allocator time per call", "median " + number(r.cpu_ns_median) + " ns, p99 " +
+                                      number(r.cpu_ns_p99) + " ns (" + std::to_string(r.calls) +
+                                      " calls)");
+  line("OOMs", std::to_string(r.ooms.size()));
+  for (const replay_oom& o : r.ooms) {
+    t += "  OOM at event " + std::to_string(o.op) + " (" + format_bytes(o.size) + "):\n    ";
+    for (const char c : o.message) {
+      t += c;
+      if (c == '\n') t += "    ";
+    }
+    t += "\n";
+  }
+  return t;
+}
+
+std::string report_json(const alloc_trace& trace, const replay_result& r) {
+  std::string j = "{";
+  const auto field = [&](const char* k, const std::string& v) {
+    if (j.size() > 1) j += ',';
+    j += json_string(k) + ':' + v;
+  };
+  field("trace", json_string(trace.source));
+  field("format", json_string(trace.format));
+  field("device", json_string(r.device));
+  field("events", std::to_string(r.events));
+  field("seeded_blocks", std::to_string(trace.seeds.size()));
+  field("peak_live_bytes", std::to_string(r.peak_live));
+  field("peak_allocated_bytes", std::to_string(r.peak_allocated));
+  field("peak_reserved_bytes", std::to_string(r.peak_reserved));
+  field("peak_reserved_over_live", r.peak_live > 0 ? ratio(r.peak_reserved, r.peak_live) : "null");
+  field("baseline_peak_reserved_bytes",
+        r.has_baseline ? std::to_string(r.baseline_peak_reserved) : "null");
+  field("peak_reserved_over_baseline",
+        r.has_baseline && r.baseline_peak_reserved > 0
+            ? ratio(r.peak_reserved, r.baseline_peak_reserved)
+            : "null");
+  field("fragmentation", number(r.fragmentation));
+  field("stitches", std::to_string(r.stitches));
+  field("stitched_bytes", std::to_string(r.stitched_bytes));
+  field("cpu_ns_per_call", "{\"median\":" + number(r.cpu_ns_median) + ",\"p99\":" +
+                               number(r.cpu_ns_p99) + ",\"calls\":" + std::to_string(r.calls) +
+                               "}");
+  std::string ooms = "[";
+  for (const replay_oom& o : r.ooms) {
+    if (ooms.size() > 1) ooms += ',';
+    ooms += "{\"event\":" + std::to_string(o.op) + ",\"size\":" + std::to_string(o.size) +
+            ",\"report\":" + o.report_json + "}";
+  }
+  field("ooms", ooms + "]");
+  return j + "}\n";
+}
+
+}  // namespace strata::replay

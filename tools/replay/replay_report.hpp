@@ -1,0 +1,22 @@
+// The replay's report: text for the terminal, JSON with stable field names
+// (docs/replay.md), and a self-contained HTML page (html_report.cpp).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "alloc_trace.hpp"
+#include "replayer.hpp"
+
+namespace strata::replay {
+
+[[nodiscard]] std::string report_text(const alloc_trace& trace, const replay_result& r);
+[[nodiscard]] std::string report_json(const alloc_trace& trace, const replay_result& r);
+[[nodiscard]] std::string report_html(const alloc_trace& trace, const replay_result& r);
+
+/// `s` as a JSON string literal, quotes included.
+[[nodiscard]] std::string json_string(std::string_view s);
+
+}  // namespace strata::replay

@@ -1,0 +1,201 @@
+#include "replayer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <unordered_map>
+
+namespace strata::replay {
+
+namespace {
+
+struct held {
+  void* ptr;
+  live_block block;
+};
+
+// One replay of `trace` up to `stop_after` ops on a fresh allocator.
+class run {
+ public:
+  run(const alloc_trace& trace, caching_allocator& a) : trace_(trace), a_(a) {}
+
+  // Replays; `on_op` is called after each op with the count so far.
+  template <class OnOp>
+  status go(std::size_t stop_after, bool timed, OnOp on_op) {
+    for (const trace_op& s : trace_.seeds) {
+      if (auto st = allocate(s, 0, false); !st) return st;
+    }
+    const std::size_t n = std::min(stop_after, trace_.ops.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const trace_op& op = trace_.ops[i];
+      if (op.kind == op_kind::alloc) {
+        if (auto st = allocate(op, i, timed); !st) return st;
+      } else {
+        free(op, timed);
+      }
+      on_op(i + 1);
+    }
+    return {};
+  }
+
+  std::unordered_map<std::uint64_t, held> live;
+  std::uint64_t live_bytes = 0;
+  std::vector<std::uint32_t> call_ns;
+  std::vector<replay_oom> ooms;
+
+ private:
+  result<void*> stream_of(std::uint64_t recorded) {
+    if (recorded == 0) return static_cast<void*>(nullptr);
+    auto it = streams_.find(recorded);
+    if (it != streams_.end()) return it->second;
+    auto s = a_.dev().create_stream();
+    if (!s) return s.error();
+    streams_.emplace(recorded, s->native);
+    return s->native;
+  }
+
+  status allocate(const trace_op& op, std::size_t index, bool timed) {
+    auto stream = stream_of(op.stream);
+    if (!stream) return stream.error();
+    if (op.size == 0) return {};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto p = a_.malloc_async(op.size, *stream);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
+    if (!p) {
+      if (p.code() != errc::out_of_memory) return p.error();
+      ooms.push_back({index, op.size, a_.last_oom_report(), p.error().message()});
+      return {};
+    }
+    if (auto old = live.find(op.addr); old != live.end()) release(old, false);
+    live[op.addr] = {*p, {op.size, op.stream, index, op.frames}};
+    live_bytes += op.size;
+    return {};
+  }
+
+  void free(const trace_op& op, bool timed) {
+    auto it = live.find(op.addr);
+    if (it != live.end()) release(it, timed);  // else its allocation failed (an OOM)
+  }
+
+  void release(std::unordered_map<std::uint64_t, held>::iterator it, bool timed) {
+    auto stream = stream_of(it->second.block.stream);
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)a_.free_async(it->second.ptr, stream ? *stream : nullptr);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
+    live_bytes -= it->second.block.size;
+    live.erase(it);
+  }
+
+  const alloc_trace& trace_;
+  caching_allocator& a_;
+  std::unordered_map<std::uint64_t, void*> streams_;
+};
+
+result<std::unique_ptr<caching_allocator>> make_allocator(const replay_options& o) {
+  allocator_options defaults;
+  defaults.device = o.device;
+  auto options = parse_allocator_conf(o.conf, defaults);
+  if (!options) return status{errc::invalid_argument, "--conf: " + options.error().message()};
+  if (options->device != o.device) {
+    return status{errc::invalid_argument, "--conf: give the device with --device, not device:"};
+  }
+  return caching_allocator::create(*options);
+}
+
+double percentile(std::vector<std::uint32_t>& v, double q) {
+  if (v.empty()) return 0;
+  const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+class progress_bar {
+ public:
+  progress_bar(bool on, std::size_t total) : on_(on && isatty(STDERR_FILENO) != 0), total_(total) {}
+  void update(std::size_t done) {
+    if (!on_ || total_ == 0) return;
+    const std::size_t pct = done * 100 / total_;
+    if (pct == last_) return;
+    last_ = pct;
+    const std::string bar(pct / 4, '#');
+    std::fprintf(stderr, "\rreplaying [%-25s] %3zu%%", bar.c_str(), pct);
+    if (done == total_) std::fputc('\n', stderr);
+  }
+
+ private:
+  bool on_;
+  std::size_t total_;
+  std::size_t last_ = 101;
+};
+
+}  // namespace
+
+result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
+  auto made = make_allocator(options);
+  if (!made) return made.error();
+  caching_allocator& a = **made;
+  replay_result r;
+  r.device = a.dev().name();
+  r.granularity = a.dev().granularity();
+
+  // Pass 1: everything, sampled.
+  run first(trace, a);
+  const std::size_t n = trace.ops.size();
+  const std::size_t every = std::max<std::size_t>(1, n / 2000);
+  progress_bar bar(options.progress, n);
+  std::uint64_t reserved_peak = 0;
+  const auto sample = [&](std::size_t done) {
+    const allocator_stats s = a.stats();
+    const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[pool_all].current);
+    if (reserved > reserved_peak) {
+      reserved_peak = reserved;
+      r.peak_op = done;
+    }
+    r.peak_live = std::max(r.peak_live, first.live_bytes);
+    if (done % every == 0 || done == n) {
+      r.samples.push_back({done, first.live_bytes,
+                           static_cast<std::uint64_t>(s.allocated_bytes[pool_all].current), reserved,
+                           trace.baseline_reserved.empty() || done == 0
+                               ? 0
+                               : trace.baseline_reserved[done - 1]});
+    }
+    bar.update(done);
+  };
+  if (auto s = first.go(n, true, sample); !s) return s;
+  if (n == 0) sample(0);
+  const allocator_stats end = a.stats();
+  r.events = trace.seeds.size() + n;
+  r.peak_allocated = static_cast<std::uint64_t>(end.allocated_bytes[pool_all].peak);
+  r.peak_reserved = static_cast<std::uint64_t>(end.reserved_bytes[pool_all].peak);
+  r.fragmentation = end.peak_fragmentation();
+  r.stitches = end.num_stitches;
+  r.stitched_bytes = end.stitched_bytes;
+  r.ooms = std::move(first.ooms);
+  r.calls = first.call_ns.size();
+  r.cpu_ns_median = percentile(first.call_ns, 0.5);
+  r.cpu_ns_p99 = percentile(first.call_ns, 0.99);
+  r.has_baseline = !trace.baseline_reserved.empty();
+  r.baseline_peak_reserved = trace.baseline_peak;
+  made->reset();
+
+  // Pass 2: up to the peak, then the page map and the largest live blocks.
+  auto again = make_allocator(options);
+  if (!again) return again.error();
+  run second(trace, **again);
+  if (auto s = second.go(r.peak_op, false, [](std::size_t) {}); !s) return s;
+  r.page_map_at_peak = (*again)->page_map();
+  for (const auto& [addr, h] : second.live) r.largest_at_peak.push_back(h.block);
+  const std::size_t top = std::min<std::size_t>(10, r.largest_at_peak.size());
+  std::partial_sort(r.largest_at_peak.begin(),
+                    r.largest_at_peak.begin() + static_cast<std::ptrdiff_t>(top),
+                    r.largest_at_peak.end(),
+                    [](const live_block& x, const live_block& y) { return x.size > y.size; });
+  r.largest_at_peak.resize(top);
+  return r;
+}
+
+}  // namespace strata::replay

@@ -1,0 +1,78 @@
+// Replays an allocation trace on Strata's allocator and measures it.
+//
+// Seeds are allocated first; then each op in order: allocations with
+// malloc_async on the recorded stream, frees with free_async on that
+// stream (stream-ordered). Recorded streams map to streams created on the
+// device (0 is the default stream). A failed allocation is an OOM: recorded
+// with its report, and its later free skipped.
+//
+// Two passes: the first measures everything and finds the op at which
+// Strata's reserved bytes peak; the second replays up to that op on a fresh
+// allocator and captures the page map and the largest live blocks there.
+//
+// Thread safety: replay() is reentrant; it creates its own allocators.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alloc_trace.hpp"
+#include "caching_allocator.hpp"
+
+namespace strata::replay {
+
+struct replay_options {
+  std::string device = "sim:capacity=80GiB";
+  std::string conf;      // STRATA_CONF text applied over the defaults
+  bool progress = false;  // a progress bar on stderr
+};
+
+struct replay_sample {
+  std::size_t op = 0;  // ops replayed so far
+  std::uint64_t live = 0;
+  std::uint64_t allocated = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t baseline = 0;  // 0 when unknown
+};
+
+struct replay_oom {
+  std::size_t op = 0;  // index into the trace's ops; seeds count as op 0
+  std::uint64_t size = 0;
+  std::string report_json;
+  std::string message;
+};
+
+struct live_block {
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::size_t op = 0;  // the op that allocated it (0 for a seed)
+  std::uint32_t frames = trace_op::no_frames;
+};
+
+struct replay_result {
+  std::string device;
+  std::uint64_t granularity = 0;
+  std::size_t events = 0;  // seeds + ops replayed
+  std::uint64_t peak_live = 0;
+  std::uint64_t peak_allocated = 0;
+  std::uint64_t peak_reserved = 0;
+  std::size_t peak_op = 0;  // ops replayed when reserved first hit its peak
+  double fragmentation = 0;  // 1 - peak allocated / peak reserved
+  std::int64_t stitches = 0;
+  std::int64_t stitched_bytes = 0;
+  std::vector<replay_oom> ooms;
+  std::size_t calls = 0;
+  double cpu_ns_median = 0;  // wall time per malloc_async/free_async call
+  double cpu_ns_p99 = 0;
+  bool has_baseline = false;
+  std::uint64_t baseline_peak_reserved = 0;
+  std::vector<replay_sample> samples;  // at most ~2000, evenly spread
+  std::vector<caching_allocator::arena_pages> page_map_at_peak;
+  std::vector<live_block> largest_at_peak;  // up to ten
+};
+
+/// Replays `trace`. Errors: a bad device spec or conf, a device failure.
+result<replay_result> replay(const alloc_trace& trace, const replay_options& options);
+
+}  // namespace strata::replay
