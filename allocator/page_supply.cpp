@@ -192,7 +192,9 @@ result<bool> caching_allocator::relieve_shortage(bool pressure) {
   auto reclaimed = reclaim_completed();
   if (!reclaimed) return reclaimed.error();
   if (*reclaimed) return true;
-  if (pressure && drop_empty_slabs() > 0) return true;
+  // Empty cached slabs go before the allocator grows (wait_before_grow) or
+  // when it cannot grow.
+  if ((pressure || options_.wait_before_grow) && drop_empty_slabs() > 0) return true;
   if (!anything_waiting()) return false;
   if (auto s = wait_for_everything(); !s) return s;
   return true;

@@ -117,6 +117,6 @@ int run_demo(const std::string& spec) {
   const double ms = std::chrono::duration<double, std::milli>(clock::now() - start).count();
   std::printf("demo %s in %.1f ms\n", ok ? "finished" : "FAILED", ms);
   return ok ? 0 : 1;
-}
+}  // NOLINT(clang-analyzer-cplusplus.NewDeleteLeaks): false positive on result<unique_ptr<device>>
 
 }  // namespace strata

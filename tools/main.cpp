@@ -22,9 +22,10 @@ int main(int argc, char** argv) try {
   strata::replay_command_options ro;
   auto* replay = app.add_subcommand(
       "replay", "Replay an allocation trace on Strata and report its memory use (docs/replay.md)");
-  replay->add_option("trace", ro.trace,
-                     "PyTorch memory snapshot (.pickle), Strata trace JSON, RMM log CSV or "
-                     "id,lower,upper,size CSV")
+  replay
+      ->add_option("trace", ro.trace,
+                   "PyTorch memory snapshot (.pickle), Strata trace JSON, RMM log CSV or "
+                   "id,lower,upper,size CSV")
       ->required();
   replay->add_option("--device", ro.device, "Device spec: sim[:key=value,...], cuda[:N] or auto")
       ->capture_default_str();

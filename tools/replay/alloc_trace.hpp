@@ -27,15 +27,15 @@ enum class op_kind : std::uint8_t { alloc, free };
 struct trace_op {
   static constexpr std::uint32_t no_frames = 0xffffffff;
   op_kind kind = op_kind::alloc;
-  std::uint64_t addr = 0;    // the recording's address: a key, never dereferenced
-  std::uint64_t size = 0;    // bytes requested (alloc); the block's size (free)
-  std::uint64_t stream = 0;  // the recording's stream handle, 0 = default stream
+  std::uint64_t addr = 0;            // the recording's address: a key, never dereferenced
+  std::uint64_t size = 0;            // bytes requested (alloc); the block's size (free)
+  std::uint64_t stream = 0;          // the recording's stream handle, 0 = default stream
   std::uint32_t frames = no_frames;  // index into alloc_trace::frames
 };
 
 struct alloc_trace {
-  std::string source;  // the file
-  std::string format;  // pytorch_snapshot, strata_trace, rmm_csv, lifetime_csv
+  std::string source;           // the file
+  std::string format;           // pytorch_snapshot, strata_trace, rmm_csv, lifetime_csv
   std::vector<trace_op> seeds;  // live before the first op: allocated first
   std::vector<trace_op> ops;
   /// The recording allocator's reserved bytes after each op (same length as

@@ -43,13 +43,13 @@ std::string polyline(const replay_result& r, std::uint64_t replay_sample::*field
   std::string pts;
   char buf[48];
   for (const replay_sample& s : r.samples) {
-    const double v = static_cast<double>(s.*field);
+    const auto v = static_cast<double>(s.*field);
     std::snprintf(buf, sizeof buf, "%.1f,%.1f ", margin + static_cast<double>(s.op) * xs,
                   chart_h - margin / 2.0 - v * ys);
     pts += buf;
   }
-  return std::string("<polyline fill=\"none\" stroke=\"") + colour +
-         "\" stroke-width=\"2\" stroke-dasharray=\"" + dash + "\" points=\"" + pts + "\"/>\n";
+  return std::string(R"(<polyline fill="none" stroke=")") + colour +
+         R"(" stroke-width="2" stroke-dasharray=")" + dash + R"(" points=")" + pts + "\"/>\n";
 }
 
 std::string chart(const replay_result& r) {
@@ -84,10 +84,11 @@ std::string chart(const replay_result& r) {
     o += buf;
   }
   const double px = margin + static_cast<double>(r.peak_op) * xs;
-  std::snprintf(buf, sizeof buf,
-                "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"10\" y2=\"%d\" stroke=\"#999\" "
-                "stroke-dasharray=\"2 3\"/><text x=\"%.1f\" y=\"34\" font-size=\"12\">peak</text>\n",
-                px, px, chart_h - margin / 2, px + 3);
+  std::snprintf(
+      buf, sizeof buf,
+      "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"10\" y2=\"%d\" stroke=\"#999\" "
+      "stroke-dasharray=\"2 3\"/><text x=\"%.1f\" y=\"34\" font-size=\"12\">peak</text>\n",
+      px, px, chart_h - margin / 2, px + 3);
   o += buf;
   o += polyline(r, &replay_sample::live, xs, ys, "#7f7f7f", "");
   o += polyline(r, &replay_sample::allocated, xs, ys, "#1f77b4", "");
@@ -112,8 +113,7 @@ std::string page_map(const replay_result& r) {
          std::to_string(rows * cell) + "\">\n";
     for (std::size_t i = 0; i < arena.pages.size(); ++i) {
       static constexpr const char* fill[] = {"#eeeeee", "#9ecae1", "#08519c"};
-      std::snprintf(buf, sizeof buf,
-                    "<rect x=\"%zu\" y=\"%zu\" width=\"%d\" height=\"%d\" fill=\"%s\"/>",
+      std::snprintf(buf, sizeof buf, R"(<rect x="%zu" y="%zu" width="%d" height="%d" fill="%s"/>)",
                     (i % per_row) * cell, (i / per_row) * cell, cell - 1, cell - 1,
                     fill[std::min<std::uint8_t>(arena.pages[i], 2)]);
       o += buf;
@@ -144,8 +144,9 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
   row("events replayed", std::to_string(r.events));
   row("peak live", format_bytes(r.peak_live));
   row("Strata peak allocated", format_bytes(r.peak_allocated));
-  std::snprintf(buf, sizeof buf, "%s (%.3f x peak live)", format_bytes(r.peak_reserved).c_str(),
-                r.peak_live ? static_cast<double>(r.peak_reserved) / static_cast<double>(r.peak_live) : 0.0);
+  std::snprintf(
+      buf, sizeof buf, "%s (%.3f x peak live)", format_bytes(r.peak_reserved).c_str(),
+      r.peak_live ? static_cast<double>(r.peak_reserved) / static_cast<double>(r.peak_live) : 0.0);
   row("Strata peak reserved", buf);
   row("recording allocator peak reserved",
       r.has_baseline ? format_bytes(r.baseline_peak_reserved) : std::string("not in the trace"));

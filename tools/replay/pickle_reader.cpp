@@ -1,6 +1,8 @@
 #include "pickle_reader.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <unordered_map>
 
@@ -51,7 +53,8 @@ class parser {
       const std::size_t at = pos_;
       const auto op = static_cast<unsigned char>(b_[pos_++]);
       if (op == '.') {
-        if (stack_.size() != 1) return error(at, "STOP with a stack of " + std::to_string(stack_.size()));
+        if (stack_.size() != 1)
+          return error(at, "STOP with a stack of " + std::to_string(stack_.size()));
         return stack_.back();
       }
       if (auto s = step(op, at); !s) return s;
@@ -60,7 +63,7 @@ class parser {
   }
 
  private:
-  status error(std::size_t at, const std::string& what) const {
+  static status error(std::size_t at, const std::string& what) {
     return {errc::invalid_argument, "offset " + std::to_string(at) + ": " + what};
   }
   bool need(std::size_t n) const { return b_.size() - pos_ >= n; }
@@ -100,7 +103,16 @@ class parser {
     }
     auto& dict = *std::get<std::shared_ptr<pickle_dict>>(stack_[from - 1].raw());
     for (std::size_t i = from; i < stack_.size(); i += 2) {
-      dict.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
+      // As in Python, a repeated key replaces the earlier value.
+      auto same = std::find_if(dict.begin(), dict.end(), [&](const auto& kv) {
+        return stack_[i].is_string() && kv.first.is_string() &&
+               kv.first.as_string() == stack_[i].as_string();
+      });
+      if (same != dict.end()) {
+        same->second = std::move(stack_[i + 1]);
+      } else {
+        dict.emplace_back(std::move(stack_[i]), std::move(stack_[i + 1]));
+      }
     }
     stack_.resize(from);
     return {};
@@ -113,7 +125,8 @@ class parser {
     return {};
   }
 
-  status step(unsigned char op, std::size_t at) {  // NOLINT(readability-function-cognitive-complexity)
+  status step(unsigned char op,
+              std::size_t at) {  // NOLINT(readability-function-cognitive-complexity)
     switch (op) {
       case 0x80:  // PROTO
         if (!need(1)) return error(at, "truncated PROTO");

@@ -28,9 +28,9 @@ using pickle_dict = std::vector<std::pair<pickle_value, pickle_value>>;
 
 class pickle_value {
  public:
-  using storage = std::variant<std::monostate, bool, std::int64_t, double,
-                               std::shared_ptr<const std::string>, std::shared_ptr<pickle_list>,
-                               std::shared_ptr<pickle_dict>>;
+  using storage =
+      std::variant<std::monostate, bool, std::int64_t, double, std::shared_ptr<const std::string>,
+                   std::shared_ptr<pickle_list>, std::shared_ptr<pickle_dict>>;
   pickle_value() = default;
   explicit pickle_value(storage v, bool tuple = false) : v_(std::move(v)), tuple_(tuple) {}
 

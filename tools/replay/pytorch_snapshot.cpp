@@ -58,7 +58,7 @@ result<alloc_trace> read_pytorch_snapshot(std::string_view bytes, const std::str
                  : "pytorch_snapshot";
   std::unordered_map<const void*, std::uint32_t> frame_ids;
   std::unordered_map<std::uint64_t, trace_op> live;  // addr -> its alloc
-  std::int64_t reserved = 0;  // relative to the start; made absolute below
+  std::int64_t reserved = 0;                         // relative to the start; made absolute below
   std::int64_t low = 0;
   std::int64_t high = 0;
   std::vector<std::int64_t> relative;
@@ -147,7 +147,8 @@ result<alloc_trace> read_pytorch_snapshot(std::string_view bytes, const std::str
   const std::int64_t start = std::max(end_reserved - reserved, -low);
   if (high > low || end_reserved > 0) {
     t.baseline_reserved.reserve(relative.size());
-    for (std::int64_t r : relative) t.baseline_reserved.push_back(static_cast<std::uint64_t>(start + r));
+    for (std::int64_t r : relative)
+      t.baseline_reserved.push_back(static_cast<std::uint64_t>(start + r));
     t.baseline_peak = static_cast<std::uint64_t>(start + high);
   }
   return t;

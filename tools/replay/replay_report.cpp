@@ -96,16 +96,15 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
   field("peak_reserved_over_live", r.peak_live > 0 ? ratio(r.peak_reserved, r.peak_live) : "null");
   field("baseline_peak_reserved_bytes",
         r.has_baseline ? std::to_string(r.baseline_peak_reserved) : "null");
-  field("peak_reserved_over_baseline",
-        r.has_baseline && r.baseline_peak_reserved > 0
-            ? ratio(r.peak_reserved, r.baseline_peak_reserved)
-            : "null");
+  field("peak_reserved_over_baseline", r.has_baseline && r.baseline_peak_reserved > 0
+                                           ? ratio(r.peak_reserved, r.baseline_peak_reserved)
+                                           : "null");
   field("fragmentation", number(r.fragmentation));
   field("stitches", std::to_string(r.stitches));
   field("stitched_bytes", std::to_string(r.stitched_bytes));
-  field("cpu_ns_per_call", "{\"median\":" + number(r.cpu_ns_median) + ",\"p99\":" +
-                               number(r.cpu_ns_p99) + ",\"calls\":" + std::to_string(r.calls) +
-                               "}");
+  field("cpu_ns_per_call", "{\"median\":" + number(r.cpu_ns_median) +
+                               ",\"p99\":" + number(r.cpu_ns_p99) +
+                               ",\"calls\":" + std::to_string(r.calls) + "}");
   std::string ooms = "[";
   for (const replay_oom& o : r.ooms) {
     if (ooms.size() > 1) ooms += ',';

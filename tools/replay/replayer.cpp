@@ -157,11 +157,10 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
     }
     r.peak_live = std::max(r.peak_live, first.live_bytes);
     if (done % every == 0 || done == n) {
-      r.samples.push_back({done, first.live_bytes,
-                           static_cast<std::uint64_t>(s.allocated_bytes[pool_all].current), reserved,
-                           trace.baseline_reserved.empty() || done == 0
-                               ? 0
-                               : trace.baseline_reserved[done - 1]});
+      r.samples.push_back(
+          {done, first.live_bytes, static_cast<std::uint64_t>(s.allocated_bytes[pool_all].current),
+           reserved,
+           trace.baseline_reserved.empty() || done == 0 ? 0 : trace.baseline_reserved[done - 1]});
     }
     bar.update(done);
   };

@@ -24,7 +24,7 @@ namespace strata::replay {
 
 struct replay_options {
   std::string device = "sim:capacity=80GiB";
-  std::string conf;      // STRATA_CONF text applied over the defaults
+  std::string conf;       // STRATA_CONF text applied over the defaults
   bool progress = false;  // a progress bar on stderr
 };
 
@@ -57,7 +57,7 @@ struct replay_result {
   std::uint64_t peak_live = 0;
   std::uint64_t peak_allocated = 0;
   std::uint64_t peak_reserved = 0;
-  std::size_t peak_op = 0;  // ops replayed when reserved first hit its peak
+  std::size_t peak_op = 0;   // ops replayed when reserved first hit its peak
   double fragmentation = 0;  // 1 - peak allocated / peak reserved
   std::int64_t stitches = 0;
   std::int64_t stitched_bytes = 0;

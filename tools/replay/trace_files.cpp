@@ -72,7 +72,8 @@ result<alloc_trace> read_rmm_csv(std::string_view text, const std::string& sourc
       return {};
     }
     const auto f = split(line, ',');
-    if (f.size() < 6) return bad_line(source, n, "expected 6 fields, found " + std::to_string(f.size()));
+    if (f.size() < 6)
+      return bad_line(source, n, "expected 6 fields, found " + std::to_string(f.size()));
     trace_op op;
     if (!parse_u64(f[3], op.addr) || !parse_u64(f[4], op.size) || !parse_u64(f[5], op.stream)) {
       return bad_line(source, n, "bad Pointer, Size or Stream");
@@ -85,8 +86,9 @@ result<alloc_trace> read_rmm_csv(std::string_view text, const std::string& sourc
       op.kind = op_kind::free;
       t.ops.push_back(op);
     } else if (f[2] != "allocate failure") {
-      return bad_line(source, n, "unknown Action '" + std::string(f[2]) +
-                                     "' (expected allocate, free or allocate failure)");
+      return bad_line(source, n,
+                      "unknown Action '" + std::string(f[2]) +
+                          "' (expected allocate, free or allocate failure)");
     }
     return {};
   });
@@ -107,7 +109,8 @@ result<alloc_trace> read_lifetime_csv(std::string_view text, const std::string& 
   std::vector<end> ends;
   auto s = for_each_line(text, [&](std::size_t n, std::string_view line) -> status {
     if (n == 1) {
-      if (line != "id,lower,upper,size") return bad_line(source, n, "expected the header id,lower,upper,size");
+      if (line != "id,lower,upper,size")
+        return bad_line(source, n, "expected the header id,lower,upper,size");
       return {};
     }
     const auto f = split(line, ',');
@@ -160,11 +163,14 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
     unsigned long long addr = 0;
     unsigned long long size = 0;
     unsigned long long stream = 0;
-    if (std::sscanf(event.c_str(),  // NOLINT(cert-err34-c): the result count is checked
-                    R"({"time_ns":%llu,"action":"%31[a-z_]","address":"0x%llx","size":%llu,"stream":"0x%llx"})",
-                    &time, action, &addr, &size, &stream) != 5) {
-      return status{errc::invalid_argument, source + ": event " + std::to_string(index) +
-                                                ": not a Strata trace event: " + event};
+    if (std::sscanf(
+            event.c_str(),  // NOLINT(cert-err34-c): the result count is checked
+            R"({"time_ns":%llu,"action":"%31[a-z_]","address":"0x%llx","size":%llu,"stream":"0x%llx"})",
+            &time, action, &addr, &size, &stream) != 5) {
+      std::string msg = source;
+      msg += ": event " + std::to_string(index) + ": not a Strata trace event: ";
+      msg += event;
+      return status{errc::invalid_argument, std::move(msg)};
     }
     trace_op op;
     op.addr = addr;
@@ -200,8 +206,9 @@ result<alloc_trace> read_trace(const std::string& path, int device_index) {
   if (bytes.starts_with("Thread,")) return read_rmm_csv(bytes, path);
   if (bytes.starts_with("id,")) return read_lifetime_csv(bytes, path);
   return status{errc::invalid_argument,
-                path + ": unknown trace format (expected a PyTorch snapshot pickle, a Strata "
-                       "trace JSON, an RMM log CSV or an id,lower,upper,size CSV)"};
+                path +
+                    ": unknown trace format (expected a PyTorch snapshot pickle, a Strata "
+                    "trace JSON, an RMM log CSV or an id,lower,upper,size CSV)"};
 }
 
 }  // namespace strata::replay
