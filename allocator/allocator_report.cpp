@@ -5,28 +5,12 @@
 #include <sstream>
 
 #include "caching_allocator.hpp"
+#include "json_string.hpp"
 #include "option_list.hpp"
 
 namespace strata {
 
 namespace {
-
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::string hex(std::uintptr_t v) {
   char buf[24];
@@ -135,7 +119,7 @@ std::string caching_allocator::snapshot_json() {
   std::lock_guard lock(mu_);
   refresh_derived_stats();
   std::ostringstream o;
-  o << "{\"device\":" << quoted(dev_->name()) << ",\"granularity\":" << granularity_
+  o << "{\"device\":" << json_string(dev_->name()) << ",\"granularity\":" << granularity_
     << ",\"limit_bytes\":" << limit_ << ",\"held_pages\":" << held_pages_
     << ",\"idle_pool_pages\":" << idle_pages_.size() << ",\"arenas\":[";
   bool first_arena = true;
@@ -182,7 +166,7 @@ std::string caching_allocator::snapshot_json() {
   o << "],\"stats\":{";
   bool first = true;
   for (const auto& [name, value] : view.to_map()) {
-    o << (first ? "" : ",") << quoted(name) << ":" << value;
+    o << (first ? "" : ",") << json_string(name) << ":" << value;
     first = false;
   }
   o << "},\"last_oom\":" << (last_oom_ ? last_oom_->to_json() : std::string("null")) << "}";

@@ -36,6 +36,21 @@ class pickle_writer {
   void none();
   /// A dict key (a string); the value follows.
   void key(std::string_view k) { str(k); }
+  /// A key and its value in one call.
+  void field(std::string_view k, std::string_view v) {
+    key(k);
+    str(v);
+  }
+  void field_uint(std::string_view k, std::uint64_t v) {
+    key(k);
+    unsigned_integer(v);
+  }
+  /// A key whose value is an empty list (PyTorch's "frames": []).
+  void field_empty_list(std::string_view k) {
+    key(k);
+    begin_list();
+    end_list();
+  }
 
   /// Appends STOP and returns the pickle.
   std::string finish() &&;

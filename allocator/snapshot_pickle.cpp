@@ -27,17 +27,11 @@ struct segment_totals {
 void write_block(pickle_writer& w, std::uintptr_t addr, std::size_t size, std::size_t requested,
                  const char* state) {
   w.begin_dict();
-  w.key("address");
-  w.unsigned_integer(addr);
-  w.key("size");
-  w.unsigned_integer(size);
-  w.key("requested_size");
-  w.unsigned_integer(requested);
-  w.key("state");
-  w.str(state);
-  w.key("frames");
-  w.begin_list();
-  w.end_list();
+  w.field_uint("address", addr);
+  w.field_uint("size", size);
+  w.field_uint("requested_size", requested);
+  w.field("state", state);
+  w.field_empty_list("frames");
   w.end_dict();
 }
 
@@ -86,14 +80,10 @@ std::string caching_allocator::snapshot_pickle() {
       w.begin_dict();
       w.key("device");
       w.integer(0);
-      w.key("address");
-      w.unsigned_integer(lo);
-      w.key("total_size");
-      w.unsigned_integer(hi - lo);
-      w.key("stream");
-      w.unsigned_integer(native);
-      w.key("segment_type");
-      w.str(a.kind() == pool_kind::small ? "small" : "large");
+      w.field_uint("address", lo);
+      w.field_uint("total_size", hi - lo);
+      w.field_uint("stream", native);
+      w.field("segment_type", a.kind() == pool_kind::small ? "small" : "large");
       w.key("segment_pool_id");
       w.begin_tuple();
       w.integer(0);
@@ -101,9 +91,7 @@ std::string caching_allocator::snapshot_pickle() {
       w.end_tuple();
       w.key("is_expandable");
       w.boolean(true);
-      w.key("frames");
-      w.begin_list();
-      w.end_list();
+      w.field_empty_list("frames");
       w.key("blocks");
       w.begin_list();
       for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
@@ -129,12 +117,9 @@ std::string caching_allocator::snapshot_pickle() {
             state);
       }
       w.end_list();
-      w.key("allocated_size");
-      w.unsigned_integer(t.allocated);
-      w.key("active_size");
-      w.unsigned_integer(t.active);
-      w.key("requested_size");
-      w.unsigned_integer(t.requested);
+      w.field_uint("allocated_size", t.allocated);
+      w.field_uint("active_size", t.active);
+      w.field_uint("requested_size", t.requested);
       w.end_dict();
       i = a.next_mapped(j + 1, a.page_count());
     }
@@ -147,19 +132,13 @@ std::string caching_allocator::snapshot_pickle() {
   for (const trace_event& e : trace_.events()) {
     if (e.action == trace_action::stitch) continue;
     w.begin_dict();
-    w.key("action");
-    w.str(trace_action_name(e.action));
-    w.key("addr");
-    w.unsigned_integer(e.address);
-    w.key("size");
-    w.unsigned_integer(e.size);
-    w.key("stream");
-    w.unsigned_integer(e.stream);
+    w.field("action", trace_action_name(e.action));
+    w.field_uint("addr", e.address);
+    w.field_uint("size", e.size);
+    w.field_uint("stream", e.stream);
     w.key("time_us");
     w.integer(e.time_ns / 1000);
-    w.key("frames");
-    w.begin_list();
-    w.end_list();
+    w.field_empty_list("frames");
     w.end_dict();
   }
   w.end_list();
@@ -167,10 +146,8 @@ std::string caching_allocator::snapshot_pickle() {
 
   w.key("allocator_settings");
   w.begin_dict();
-  w.key("allocator");
-  w.str("strata");
-  w.key("trace_buffer");
-  w.unsigned_integer(trace_.capacity());
+  w.field("allocator", "strata");
+  w.field_uint("trace_buffer", trace_.capacity());
   w.end_dict();
   w.end_dict();
   return std::move(w).finish();

@@ -12,15 +12,10 @@ namespace strata::testing {
 namespace {
 
 TEST(AllocatorConcurrency, FourThreadsTwoStreams) {
-  auto dev = open_device("sim:capacity=512MiB");
-  ASSERT_TRUE(dev.ok());
-  auto s1 = (*dev)->create_stream();
-  auto s2 = (*dev)->create_stream();
-  ASSERT_TRUE(s1.ok() && s2.ok());
-  auto made = caching_allocator::create(std::move(*dev), {});
-  ASSERT_TRUE(made.ok());
-  caching_allocator& a = **made;
-  void* const streams[] = {s1->native, s2->native};
+  auto made = make_two_stream_allocator("sim:capacity=512MiB");
+  ASSERT_TRUE(made.alloc);
+  caching_allocator& a = *made.alloc;
+  const auto& streams = made.streams;
   std::atomic<int> failures{0};
   const std::uint32_t seed = 7;
   const auto worker = [&](int id) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -21,6 +22,27 @@ inline std::unique_ptr<caching_allocator> make_allocator(const std::string& sim_
   auto a = caching_allocator::create(std::move(*dev), options);
   EXPECT_TRUE(a.ok()) << a.error().to_string();
   return a ? std::move(*a) : nullptr;
+}
+
+/// An allocator on a fresh sim device with two streams created on it.
+struct two_streams {
+  std::unique_ptr<caching_allocator> alloc;
+  std::array<void*, 2> streams{};
+};
+inline two_streams make_two_stream_allocator(const std::string& sim_spec) {
+  two_streams out;
+  auto dev = open_device(sim_spec);
+  EXPECT_TRUE(dev.ok()) << dev.error().to_string();
+  if (!dev) return out;
+  for (void*& s : out.streams) {
+    auto made = (*dev)->create_stream();
+    EXPECT_TRUE(made.ok());
+    if (made) s = made->native;
+  }
+  auto a = caching_allocator::create(std::move(*dev), {});
+  EXPECT_TRUE(a.ok()) << a.error().to_string();
+  if (a) out.alloc = std::move(*a);
+  return out;
 }
 
 inline std::int64_t stat_of(caching_allocator& a, const std::string& name) {

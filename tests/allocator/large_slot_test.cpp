@@ -150,15 +150,10 @@ TEST(LargeSlot, ThreadExitReturnsTheParkedBlock) {
 // Two threads on two streams reuse large blocks through their slots while
 // handing some blocks to each other to free (run under tsan).
 TEST(LargeSlot, TwoThreadsTradeBlocks) {
-  auto dev = open_device("sim:capacity=1GiB");
-  ASSERT_TRUE(dev.ok());
-  auto s1 = (*dev)->create_stream();
-  auto s2 = (*dev)->create_stream();
-  ASSERT_TRUE(s1.ok() && s2.ok());
-  auto made = caching_allocator::create(std::move(*dev), {});
-  ASSERT_TRUE(made.ok());
-  caching_allocator& a = **made;
-  void* const streams[] = {s1->native, s2->native};
+  auto made = make_two_stream_allocator("sim:capacity=1GiB");
+  ASSERT_TRUE(made.alloc);
+  caching_allocator& a = *made.alloc;
+  const auto& streams = made.streams;
   std::array<std::atomic<void*>, 2> mailbox{};
   std::atomic<int> failures{0};
   const std::uint32_t seed = 11;

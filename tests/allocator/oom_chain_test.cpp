@@ -77,6 +77,14 @@ struct spiller {
   caching_allocator* a = nullptr;
   std::vector<std::pair<void*, std::size_t>> blocks;
   std::vector<std::size_t> asked;
+  // Takes `n` blocks of `bytes` that it will give up on request.
+  void hold(int n, std::size_t bytes) {
+    for (int i = 0; i < n; ++i) {
+      auto p = a->malloc_async(bytes, nullptr);
+      ASSERT_TRUE(p.ok());
+      blocks.emplace_back(*p, bytes);
+    }
+  }
   std::size_t operator()(std::size_t bytes) {
     asked.push_back(bytes);
     std::size_t freed = 0;
@@ -93,11 +101,7 @@ TEST(PressureHandlers, AHandlerThatFreesMakesTheRetrySucceed) {
   auto a = make_allocator("sim:capacity=32MiB");
   ASSERT_TRUE(a);
   spiller s{a.get(), {}, {}};
-  for (int i = 0; i < 4; ++i) {
-    auto p = a->malloc_async(8 * mib, nullptr);
-    ASSERT_TRUE(p.ok());
-    s.blocks.emplace_back(*p, 8 * mib);
-  }
+  s.hold(4, 8 * mib);
   const std::uint64_t id = a->add_pressure_handler([&](std::size_t n) { return s(n); });
   EXPECT_NE(id, 0u);
   auto p = a->malloc_async(12 * mib, nullptr);
@@ -115,11 +119,7 @@ TEST(PressureHandlers, FailingAndThrowingHandlersDoNotBreakTheChain) {
   auto a = make_allocator("sim:capacity=32MiB");
   ASSERT_TRUE(a);
   spiller s{a.get(), {}, {}};
-  for (int i = 0; i < 4; ++i) {
-    auto p = a->malloc_async(8 * mib, nullptr);
-    ASSERT_TRUE(p.ok());
-    s.blocks.emplace_back(*p, 8 * mib);
-  }
+  s.hold(4, 8 * mib);
   int calls = 0;
   a->add_pressure_handler([&](std::size_t) -> std::size_t {
     ++calls;

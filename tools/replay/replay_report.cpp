@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "json_string.hpp"
 #include "option_list.hpp"
 
 namespace strata::replay {
@@ -22,23 +23,6 @@ std::string number(double v) {
 }
 
 }  // namespace
-
-std::string json_string(std::string_view s) {
-  std::string o = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + '"';
-}
 
 std::string report_text(const alloc_trace& trace, const replay_result& r) {
   std::string t;

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <string>
-#include <string_view>
 
 #include "alloc_trace.hpp"
 #include "replayer.hpp"
@@ -15,8 +14,5 @@ namespace strata::replay {
 [[nodiscard]] std::string report_text(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_json(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_html(const alloc_trace& trace, const replay_result& r);
-
-/// `s` as a JSON string literal, quotes included.
-[[nodiscard]] std::string json_string(std::string_view s);
 
 }  // namespace strata::replay
