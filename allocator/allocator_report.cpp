@@ -150,7 +150,7 @@ std::string caching_allocator::snapshot_json() {
                                   : b.requested);
       }
       const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
-                          ? a.slab_at(a.page_of(it->first))
+                          ? a.slab_of(it->first)
                           : nullptr;
       if (s != nullptr) {
         o << R"(,"slab":{"object_size":)" << s->object_size << R"(,"objects":)" << s->capacity

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <new>
 
 #include "option_list.hpp"
 
@@ -74,10 +75,12 @@ caching_allocator::~caching_allocator() {
         (void)dev_->unmap(a->page_addr(i), granularity_);
         (void)dev_->release_pages(run);
       }
-      for (std::size_t i = 0; a->kind() == pool_kind::small && i < a->page_count(); ++i) {
-        // A slab spans one or more pages; delete it at its first one.
-        if (slab* s = a->slab_at(i); s != nullptr && s->base == a->page_addr(i)) {
-          delete s;  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
+      // In a small arena every block in use is a slab.
+      for (auto it = a->blocks().begin(); a->kind() == pool_kind::small && it != a->blocks().end();
+           ++it) {
+        if (it->second.state != block_state::free) {
+          delete a->slab_of(
+              it->first);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
         }
       }
       a->drop_events(events_);
@@ -102,10 +105,16 @@ result<caching_allocator::stream_state*> caching_allocator::state_for(void* nati
     }
     auto st = std::make_unique<stream_state>();
     st->stream = *stream;
-    st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base, arena_bytes_,
-                                               granularity_);
-    st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base, arena_bytes_,
-                                               granularity_);
+    try {
+      st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base,
+                                                 arena_bytes_, granularity_);
+      st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base,
+                                                 arena_bytes_, granularity_);
+    } catch (const std::bad_alloc&) {
+      (void)dev_->free_reservation(*small_base, arena_bytes_);
+      (void)dev_->free_reservation(*large_base, arena_bytes_);
+      return status{errc::out_of_memory, "host out of memory for a new stream's arenas"};
+    }
     arenas_.push_back(st->small.get());
     arenas_.push_back(st->large.get());
     owners_.push_back(st.get());
@@ -166,9 +175,7 @@ status caching_allocator::new_slab(stream_state& st, std::uint32_t cls) {
   if (!it) return it.error();
   const std::uintptr_t base = (*it)->first;
   auto* s = new slab(base, cls, classes_.class_size(cls), bytes);  // NOLINT
-  for (std::size_t i = arena.page_of(base); i <= arena.page_of(base + bytes - 1); ++i) {
-    arena.set_slab(i, s);
-  }
+  arena.set_slab(base, bytes, s);
   link_slab(st, *s);
   ++st.empty_slabs[cls];
   return {};
@@ -217,9 +224,7 @@ void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, sl
 void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab& s) {
   unlink_slab(st, s);
   const std::size_t bytes = classes_.slab_bytes(s.size_class);
-  for (std::size_t i = arena.page_of(s.base); i <= arena.page_of(s.base + bytes - 1); ++i) {
-    arena.set_slab(i, nullptr);
-  }
+  arena.set_slab(s.base, bytes, nullptr);
   arena.mark_freed(s.base, bytes);
   arena.blocks().release(arena.blocks().find_in_use(s.base));
   delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
@@ -281,7 +286,7 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
   where.arena = arena;
   where.owner = owners_[k];
   if (arena->kind() == pool_kind::small) {
-    where.s = arena->slab_at(arena->page_of(p));
+    where.s = arena->slab_of(p);
     if (where.s == nullptr) return bad();
     const std::int64_t i = where.s->index_of(p);
     if (i < 0 || where.s->state(static_cast<std::uint32_t>(i)) != object_state::live) {
@@ -367,7 +372,7 @@ status caching_allocator::record_stream(void* ptr, void* native_stream) {
 // its own stream may reuse it at once.
 void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr) {
   if (arena.kind() == pool_kind::small) {
-    slab& s = *arena.slab_at(arena.page_of(addr));
+    slab& s = *arena.slab_of(addr);
     const auto size = static_cast<std::int64_t>(s.object_size);
     stats_.active.add(pool_small, -1);
     stats_.active_bytes.add(pool_small, -size);

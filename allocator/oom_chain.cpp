@@ -133,7 +133,7 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
   const auto add_pending = [&](const pending_free& p) {
     std::size_t size = 0;
     if (p.arena->kind() == pool_kind::small) {
-      size = p.arena->slab_at(p.arena->page_of(p.addr))->object_size;
+      size = p.arena->slab_of(p.addr)->object_size;
     } else if (auto it = p.arena->blocks().find_in_use(p.addr); it != p.arena->blocks().end()) {
       size = it->second.size;
     }

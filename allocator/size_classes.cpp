@@ -6,10 +6,12 @@ namespace strata {
 
 namespace {
 
-// The slab size for objects of `size` bytes in pages of `page` bytes (see
-// the header for the rule).
-std::size_t slab_bytes_for(std::size_t size, std::size_t page) {
-  const std::size_t first = (size + page - 1) / page;
+// The slab size for objects of `size` bytes in units of `unit` bytes and
+// pages of `page_bytes` (see the header for the rule).
+std::size_t slab_bytes_for(std::size_t size, std::size_t unit, std::size_t page_bytes) {
+  const std::size_t page = unit;  // the search below counts units
+  const std::size_t want = std::max(unit, std::min(4 * size, page_bytes));
+  const std::size_t first = (want + page - 1) / page;
   std::size_t best = first;
   std::size_t best_tail = first * page % size;
   for (std::size_t k = first; k < first + 8; ++k) {
@@ -41,7 +43,10 @@ size_classes::size_classes(std::size_t slab_limit, std::size_t page_bytes) {
     if (done) break;
   }
   limit_ = count_ > 0 ? sizes_[count_ - 1] : 0;
-  for (std::size_t c = 0; c < count_; ++c) slab_bytes_[c] = slab_bytes_for(sizes_[c], page_bytes);
+  const std::size_t unit = slab_unit(page_bytes);
+  for (std::size_t c = 0; c < count_; ++c) {
+    slab_bytes_[c] = slab_bytes_for(sizes_[c], unit, page_bytes);
+  }
 }
 
 }  // namespace strata

@@ -7,10 +7,13 @@
 //     of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ..., 896 KiB, 1 MiB), so a
 //     class wastes at most 20% of its size;
 //   - every larger request is rounded up to a multiple of 512 bytes.
-// Size classes are packed into slabs of one or more whole pages: the
-// fewest pages (at most 8 more than one object needs) whose tail, the part
-// no whole object fits in, is at most 1/16 of the slab; failing that, the
-// page count with the smallest tail.
+// Size classes are packed into slabs made of whole slab units (64 KiB, or
+// the page if pages are smaller), so that several sparsely used classes
+// share one page instead of holding a page each. A slab aims at four
+// objects, at least one unit and at most one page; from there it takes the
+// fewest units (at most 8 more) whose tail, the part no whole object fits
+// in, is at most 1/16 of the slab; failing that, the unit count with the
+// smallest tail.
 //
 // Thread safety: immutable after construction.
 #pragma once
@@ -27,6 +30,10 @@ inline constexpr std::size_t block_alignment = 512;
 class size_classes {
  public:
   static constexpr std::size_t max_classes = 64;
+  /// The slab unit for pages of `page_bytes`: 64 KiB, or the page if smaller.
+  [[nodiscard]] static constexpr std::size_t slab_unit(std::size_t page_bytes) noexcept {
+    return page_bytes < (std::size_t{64} << 10) ? page_bytes : std::size_t{64} << 10;
+  }
 
   static constexpr std::size_t max_slab_limit = std::size_t{1} << 20;
 
@@ -52,7 +59,7 @@ class size_classes {
     return 4 + static_cast<std::uint32_t>(log2 - 11) * 4 + quarter;
   }
   [[nodiscard]] std::size_t class_size(std::uint32_t c) const noexcept { return sizes_[c]; }
-  /// Bytes of one slab of class c (whole pages).
+  /// Bytes of one slab of class c (whole slab units).
   [[nodiscard]] std::size_t slab_bytes(std::uint32_t c) const noexcept { return slab_bytes_[c]; }
 
  private:

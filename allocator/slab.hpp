@@ -1,4 +1,4 @@
-// A slab: whole pages of a small arena cut into objects of one size class.
+// A slab: whole slab units (64 KiB) of a small arena cut into objects of one size class.
 //
 // Host-side bookkeeping only (device memory is not host-visible on a GPU):
 // a stack of free object indices, each object's state, and each live

@@ -98,7 +98,7 @@ std::string caching_allocator::snapshot_pickle() {
         const block_info& b = it->second;
         if (it->first >= hi || it->first + b.size <= lo) continue;
         const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
-                            ? a.slab_at(a.page_of(it->first))
+                            ? a.slab_of(it->first)
                             : nullptr;
         if (s != nullptr) {
           for (std::uint32_t o = 0; o < s->capacity; ++o) {

@@ -1,6 +1,11 @@
 #include "stream_arena.hpp"
 
+#include <sys/mman.h>
+
 #include <bit>
+#include <new>
+
+#include "size_classes.hpp"
 
 namespace strata {
 
@@ -13,7 +18,26 @@ stream_arena::stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t 
       pages_(bytes / granularity),
       mapped_bits_((bytes / granularity + 63) / 64, 0),
       page_epoch_(bytes / granularity, 0),
-      slabs_(kind == pool_kind::small ? new std::atomic<slab*>[bytes / granularity]() : nullptr) {}
+      slab_shift_(static_cast<unsigned>(std::countr_zero(size_classes::slab_unit(granularity)))) {
+  if (kind != pool_kind::small) return;
+  // Anonymous memory reads as zero (null) and costs nothing until written:
+  // only the entries of units that ever hold a slab take memory.
+  slab_table_bytes_ = (bytes >> slab_shift_) * sizeof(std::atomic<slab*>);
+  void* table = mmap(nullptr, slab_table_bytes_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (table == MAP_FAILED) throw std::bad_alloc();
+  slabs_ = static_cast<std::atomic<slab*>*>(table);
+}
+
+stream_arena::~stream_arena() {
+  if (slabs_ != nullptr) munmap(slabs_, slab_table_bytes_);
+}
+
+void stream_arena::set_slab(std::uintptr_t addr, std::size_t bytes, slab* s) noexcept {
+  const std::size_t first = (addr - blocks_.base()) >> slab_shift_;
+  const std::size_t last = (addr + bytes - 1 - blocks_.base()) >> slab_shift_;
+  for (std::size_t i = first; i <= last; ++i) slabs_[i].store(s, std::memory_order_release);
+}
 
 void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
   const std::size_t last = page_of(addr + bytes - 1);

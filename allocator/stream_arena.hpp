@@ -34,8 +34,14 @@ struct slab;
 
 class stream_arena {
  public:
+  /// Throws std::bad_alloc if a small arena's slab table cannot be reserved.
   stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t base, std::size_t bytes,
                std::size_t granularity);
+  stream_arena(const stream_arena&) = delete;
+  stream_arena& operator=(const stream_arena&) = delete;
+  stream_arena(stream_arena&&) = delete;
+  stream_arena& operator=(stream_arena&&) = delete;
+  ~stream_arena();
 
   [[nodiscard]] stream_handle stream() const noexcept { return stream_; }
   [[nodiscard]] pool_kind kind() const noexcept { return kind_; }
@@ -64,15 +70,21 @@ class stream_arena {
   /// The first unmapped page in [from, to), or `to`. Same cost.
   [[nodiscard]] std::size_t next_unmapped(std::size_t from, std::size_t to) const noexcept;
 
-  /// Slab owning page i (small arenas); null if none. Readable without the
-  /// allocator's mutex (thread caches do); written under it.
-  [[nodiscard]] slab* slab_at(std::size_t i) const noexcept {
-    return slabs_[i].load(std::memory_order_acquire);
+  // --- slabs (small arenas) ----------------------------------------------
+  // The slab table has one entry per slab unit (size_classes::slab_unit):
+  // the slab covering it, or null. Readable without the allocator's mutex
+  // (thread caches do); written under it. Its memory is mapped lazily, so
+  // only the entries of units ever used cost memory.
+
+  /// The slab holding address p of this arena, or null.
+  [[nodiscard]] slab* slab_of(std::uintptr_t p) const noexcept {
+    return slabs_[(p - blocks_.base()) >> slab_shift_].load(std::memory_order_acquire);
   }
-  void set_slab(std::size_t i, slab* s) noexcept { slabs_[i].store(s, std::memory_order_release); }
+  /// Points every unit of [addr, addr+bytes) at `s` (null to clear).
+  void set_slab(std::uintptr_t addr, std::size_t bytes, slab* s) noexcept;
   /// The slab table itself, for thread caches that index it directly.
-  [[nodiscard]] const std::atomic<slab*>* slab_table() const noexcept { return slabs_.get(); }
-  [[nodiscard]] unsigned page_shift() const noexcept { return page_shift_; }
+  [[nodiscard]] const std::atomic<slab*>* slab_table() const noexcept { return slabs_; }
+  [[nodiscard]] unsigned slab_shift() const noexcept { return slab_shift_; }
 
   // --- epochs --------------------------------------------------------------
   /// The epoch a free made now belongs to.
@@ -110,7 +122,9 @@ class stream_arena {
   std::vector<page_run> pages_;
   std::vector<std::uint64_t> mapped_bits_;
   std::vector<std::uint64_t> page_epoch_;
-  std::unique_ptr<std::atomic<slab*>[]> slabs_;
+  unsigned slab_shift_;                  // log2 of the slab unit
+  std::atomic<slab*>* slabs_ = nullptr;  // mmap'ed, zero until written
+  std::size_t slab_table_bytes_ = 0;
   std::size_t mapped_pages_ = 0;
   std::uint64_t open_ = 1;
   std::uint64_t completed_ = 0;

@@ -65,7 +65,7 @@ void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream
   arena_ = arena;
   arena_base_ = arena->base();
   arena_bytes_ = arena->bytes();
-  page_shift_ = arena->page_shift();
+  slab_shift_ = arena->slab_shift();
   slabs_ = arena->slab_table();
   misses_ = 0;
   deaths_at_bind_ = the_registry().deaths.load(std::memory_order_relaxed);

@@ -114,7 +114,7 @@ class thread_cache {
   [[nodiscard]] slab* slab_of(std::uintptr_t p) const noexcept {
     const std::uintptr_t off = p - arena_base_;
     if (off >= arena_bytes_) return nullptr;
-    return slabs_[off >> page_shift_].load(std::memory_order_acquire);
+    return slabs_[off >> slab_shift_].load(std::memory_order_acquire);
   }
 
   /// Takes a parked object of class `cls` (object size `bytes`), or returns
@@ -201,7 +201,7 @@ class thread_cache {
   stream_arena* arena_ = nullptr;
   std::uintptr_t arena_base_ = 0;
   std::size_t arena_bytes_ = 0;
-  unsigned page_shift_ = 0;
+  unsigned slab_shift_ = 0;
   const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
   std::uint64_t deaths_at_bind_ = 0;
