@@ -189,6 +189,12 @@ void caching_allocator::maybe_release() {
 
 result<bool> caching_allocator::relieve_shortage(bool pressure) {
   if (reclaim_parked_slots() > 0) return true;
+  // This thread's parked small objects go back to their slabs, which may
+  // then empty and be dropped below.
+  if (thread_cache& tc = thread_cache::current(); tc.owned_by(serial_) && tc.holds_objects()) {
+    flush_cache(tc);
+    return true;
+  }
   auto reclaimed = reclaim_completed();
   if (!reclaimed) return reclaimed.error();
   if (*reclaimed) return true;

@@ -76,8 +76,7 @@ bool thread_cache::missed() noexcept {
   // The owner may be gone: re-binding then only drops what is parked.
   if (the_registry().deaths.load(std::memory_order_relaxed) != deaths_at_bind_) return true;
   // Nothing parked: re-binding costs nothing.
-  return slot_.load() == large_slot::empty &&
-         std::ranges::all_of(bins_, [](const bin& b) { return b.count == 0; });
+  return slot_.load() == large_slot::empty && !holds_objects();
 }
 
 void thread_cache::unbind() noexcept {

@@ -33,6 +33,7 @@
 // atomics that the owner writes and stats() reads under the owner's mutex.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -165,6 +166,10 @@ class thread_cache {
       b.in.store(0, std::memory_order_relaxed);
       b.out.store(0, std::memory_order_relaxed);
     }
+  }
+  /// True when small objects are parked in the bins.
+  [[nodiscard]] bool holds_objects() const noexcept {
+    return std::ranges::any_of(bins_, [](const bin& b) { return b.count != 0; });
   }
   /// Counts a call that could not use the cache; true when it is time to
   /// re-bind to the caller's (allocator, stream).
