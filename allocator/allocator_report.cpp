@@ -19,11 +19,7 @@ std::string hex(std::uintptr_t v) {
 }
 
 const char* state_name(const block_info& b) {
-  // A large block parked in a thread's slot is freed as far as its user
-  // knows, and reusable on its stream; one lent from the slot is live.
-  if (b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked) {
-    return "thread_cached";
-  }
+  if (is_parked(b)) return "thread_cached";
   switch (b.state) {
     case block_state::free:
       return "free";
@@ -48,10 +44,7 @@ std::string cell(std::int64_t v, bool bytes) {
 
 std::string caching_allocator::memory_summary() {
   std::lock_guard lock(mu_);
-  refresh_derived_stats();
-  allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
-  return summary_of(view);
+  return summary_of(current_stats());
 }
 
 std::string caching_allocator::summary_of(const allocator_stats& st) {
@@ -117,7 +110,6 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
 
 std::string caching_allocator::snapshot_json() {
   std::lock_guard lock(mu_);
-  refresh_derived_stats();
   std::ostringstream o;
   o << "{\"device\":" << json_string(dev_->name()) << ",\"granularity\":" << granularity_
     << ",\"limit_bytes\":" << limit_ << ",\"held_pages\":" << held_pages_
@@ -161,8 +153,7 @@ std::string caching_allocator::snapshot_json() {
     }
     o << "]}";
   }
-  allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
+  const allocator_stats view = current_stats();
   o << "],\"stats\":{";
   bool first = true;
   for (const auto& [name, value] : view.to_map()) {
@@ -188,9 +179,7 @@ std::vector<caching_allocator::arena_pages> caching_allocator::page_map() {
     }
     for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
       const block_info& b = it->second;
-      const bool parked =
-          b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked;
-      if (b.state == block_state::free || parked) continue;
+      if (b.state == block_state::free || is_parked(b)) continue;
       for (std::size_t i = a.page_of(it->first);
            i <= a.page_of(it->first + b.size - 1) && i < m.pages.size(); ++i) {
         m.pages[i] = 2;

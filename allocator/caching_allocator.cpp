@@ -426,6 +426,10 @@ status caching_allocator::set_memory_fraction(double fraction) {
 
 allocator_stats caching_allocator::stats() {
   std::lock_guard lock(mu_);
+  return current_stats();
+}
+
+allocator_stats caching_allocator::current_stats() {
   refresh_derived_stats();
   allocator_stats view = stats_;
   for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);

@@ -184,7 +184,13 @@ class caching_allocator {
 
   // oom_chain.cpp: the end of the OOM chain.
   result<void*> allocate_or_relieve(thread_cache& tc, std::size_t bytes, void* native_stream);
-  result<void*> allocate_locked(thread_cache& tc, std::size_t bytes, void* native_stream);
+  // Takes the mutex, returns this thread's parked block, allocates; on an
+  // out_of_memory from the chain, moves its report into `report`.
+  result<void*> allocate_locked(thread_cache& tc, std::size_t bytes, void* native_stream,
+                                std::optional<oom_report>& report);
+  // Takes `tc`'s parked block back into its arena with exact stats (the
+  // owner thread, under the mutex).
+  void unpark(thread_cache& tc);
   [[nodiscard]] oom_report build_oom_report(std::size_t bytes, stream_handle stream);
   [[nodiscard]] std::size_t pages_needed(std::size_t bytes) const;
 
@@ -226,6 +232,9 @@ class caching_allocator {
   static void link_slab(stream_state& st, slab& s);
   void count_free_request(const located& where);
   void refresh_derived_stats();
+  // The stats as stats() reports them: derived values refreshed, thread
+  // caches' counters folded in. Needs the mutex.
+  [[nodiscard]] allocator_stats current_stats();
   [[nodiscard]] status out_of_memory(std::size_t bytes, stream_handle stream);
 
   // page_supply.cpp: backing blocks with pages; giving pages back.
@@ -284,7 +293,7 @@ class caching_allocator {
   std::size_t last_arena_ = 0;  // index of the arena the last pointer was in
 
   event_trace trace_;
-  std::optional<oom_report> oom_candidate_;  // built by the chain, kept if the OOM stands
+  std::optional<oom_report> oom_candidate_;  // built by the chain; allocate_locked hands it on
   std::optional<oom_report> last_oom_;
   std::mutex handlers_mu_;  // guards handlers_ only; never held with mu_
   std::vector<std::pair<std::uint64_t, std::shared_ptr<const pressure_handler>>> handlers_;

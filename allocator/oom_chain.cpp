@@ -14,22 +14,43 @@
 
 namespace strata {
 
-result<void*> caching_allocator::allocate_locked(thread_cache& tc, std::size_t bytes,
-                                                 void* native) {
+result<void*> caching_allocator::allocate_locked(thread_cache& tc, std::size_t bytes, void* native,
+                                                 std::optional<oom_report>& report) {
   std::lock_guard lock(mu_);
-  if (tc.owned_by(serial_) && tc.slot().load() == thread_cache::large_slot::parked) {
-    // Keep this thread's peaks exact: its parked block is not live.
-    fold_cache_counters(stats_, tc, classes_);
-    tc.reset_counters();
-    reclaim_parked(tc);
+  if (tc.owned_by(serial_)) unpark(tc);  // keeps this thread's peaks exact
+  auto r = allocate(bytes, native);
+  if (!r && r.error().code() == errc::out_of_memory) {
+    report = std::move(oom_candidate_);  // empty for a host shortage: no report
+    oom_candidate_.reset();
   }
-  return allocate(bytes, native);
+  return r;
+}
+
+void caching_allocator::unpark(thread_cache& tc) {
+  thread_cache::large_slot& ls = tc.slot();
+  if (!ls.take(thread_cache::large_slot::parked, thread_cache::large_slot::empty)) return;
+  // Move the user's last free of the block from the cache's counters to the
+  // shared stats, and the block back to its arena, as if never parked.
+  const std::size_t requested = ls.requested.load(std::memory_order_relaxed);
+  tc.count(thread_cache::large_in, -1);
+  tc.count(thread_cache::large_in_bytes, -static_cast<std::int64_t>(ls.size));
+  tc.count(thread_cache::large_in_req, -static_cast<std::int64_t>(requested));
+  stream_state& st = *streams_.find(tc.stream())->second;
+  located where;
+  where.owner = &st;
+  where.arena = st.large.get();
+  where.block = st.large->blocks().find_in_use(ls.addr);
+  where.block->second.holder = nullptr;
+  where.block->second.requested = requested;
+  count_free_request(where);
+  finish_free(st, *st.large, ls.addr);
 }
 
 result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size_t bytes,
                                                      void* native) {
-  auto r = allocate_locked(tc, bytes, native);
-  if (r || r.error().code() != errc::out_of_memory) return r;
+  std::optional<oom_report> report;
+  auto r = allocate_locked(tc, bytes, native, report);
+  if (r || !report) return r;
 
   std::vector<std::shared_ptr<const pressure_handler>> handlers;
   {
@@ -40,11 +61,8 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
   std::size_t freed = 0;
   std::size_t failures = 0;
   if (!handlers.empty()) {
-    {
-      std::lock_guard lock(mu_);
-      const oom_report& c = *oom_candidate_;
-      asked = std::max(c.needed > c.obtainable ? c.needed - c.obtainable : 0, granularity_);
-    }
+    asked = std::max(report->needed > report->obtainable ? report->needed - report->obtainable : 0,
+                     granularity_);
     for (const auto& h : handlers) {
       try {
         freed += (*h)(asked - std::min(freed, asked));
@@ -58,16 +76,17 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
         std::lock_guard lock(mu_);
         ++stats_.num_alloc_retries;
       }
-      r = allocate_locked(tc, bytes, native);
+      std::optional<oom_report> again;
+      r = allocate_locked(tc, bytes, native, again);
       if (r || r.error().code() != errc::out_of_memory) return r;
+      if (again) report = std::move(again);  // the newer numbers
     }
   }
 
   std::string text;
   {
     std::lock_guard lock(mu_);
-    oom_report rep = std::move(*oom_candidate_);
-    oom_candidate_.reset();
+    oom_report rep = std::move(*report);
     rep.handlers_asked = asked;
     rep.handlers_freed = freed;
     rep.handler_failures = failures;
@@ -100,8 +119,7 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
     r.device_free = info->free;
     r.device_free_known = true;
   }
-  allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
+  const allocator_stats view = current_stats();
   r.allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
   r.reserved = held_pages_ * granularity_;
   r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;

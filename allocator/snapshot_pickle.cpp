@@ -108,8 +108,7 @@ std::string caching_allocator::snapshot_pickle() {
           }
           continue;
         }
-        const bool parked =
-            b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked;
+        const bool parked = is_parked(b);
         const char* state = b.state == block_state::free || parked ? "inactive"
                             : b.state == block_state::pending      ? "active_pending_free"
                                                                    : "active_allocated";

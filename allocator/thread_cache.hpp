@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "block_map.hpp"
 #include "size_classes.hpp"
 
 namespace strata {
@@ -214,5 +215,11 @@ class thread_cache {
   large_slot slot_;
   std::array<bin, size_classes::max_classes> bins_{};
 };
+
+/// True when block `b` sits parked in a thread's slot: freed as far as its
+/// user knows and reusable on its stream (a lent block is live).
+inline bool is_parked(const block_info& b) noexcept {
+  return b.holder != nullptr && b.holder->slot().load() == thread_cache::large_slot::parked;
+}
 
 }  // namespace strata
