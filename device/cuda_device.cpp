@@ -96,8 +96,17 @@ cuda_device::cuda_device(const cuda_driver& driver, int ordinal, CUdevice dev, C
 
 cuda_device::~cuda_device() {
   {
+    // Nothing queued may touch what goes away, so the work finishes first.
+    // Teardown is best effort: a failing call cannot be reported from here.
     context_scope scope(*this);
+    drv_.ctx_synchronize();
     for (void* s : owned_streams_) drv_.stream_destroy(static_cast<CUstream>(s));
+    for (void* e : events_) drv_.event_destroy(static_cast<CUevent>(e));
+    for (const auto& [va, bytes] : mappings_) drv_.mem_unmap(dptr(va), bytes);
+    for (std::uint64_t run : page_runs_) drv_.mem_release(run);
+    for (const auto& [base, bytes] : reservations_) drv_.mem_address_free(dptr(base), bytes);
+    for (void* p : host_buffers_) drv_.mem_free_host(p);
+    for (void* p : registrations_) drv_.mem_host_unregister(p);
   }
   drv_.primary_ctx_release(dev_);
 }
@@ -121,6 +130,8 @@ result<std::uintptr_t> cuda_device::do_reserve(std::size_t bytes, std::size_t al
   if (CUresult r = drv_.mem_address_reserve(&p, bytes, alignment, 0, 0); r != CUDA_SUCCESS) {
     return drv_.error("cuMemAddressReserve", r);
   }
+  std::lock_guard lock(mu_);
+  reservations_.emplace(static_cast<std::uintptr_t>(p), bytes);
   return static_cast<std::uintptr_t>(p);
 }
 
@@ -129,6 +140,8 @@ status cuda_device::do_free_reservation(std::uintptr_t base, std::size_t bytes) 
   if (CUresult r = drv_.mem_address_free(dptr(base), bytes); r != CUDA_SUCCESS) {
     return drv_.error("cuMemAddressFree", r);
   }
+  std::lock_guard lock(mu_);
+  reservations_.erase(base);
   return {};
 }
 
@@ -139,6 +152,8 @@ result<page_run> cuda_device::do_create_pages(std::size_t bytes) {
   if (CUresult r = drv_.mem_create(&handle, bytes, &prop, 0); r != CUDA_SUCCESS) {
     return drv_.error("cuMemCreate", r);
   }
+  std::lock_guard lock(mu_);
+  page_runs_.insert(handle);
   return page_run{handle, bytes};
 }
 
@@ -147,6 +162,8 @@ status cuda_device::do_release_pages(page_run run) {
   if (CUresult r = drv_.mem_release(run.id); r != CUDA_SUCCESS) {
     return drv_.error("cuMemRelease", r);
   }
+  std::lock_guard lock(mu_);
+  page_runs_.erase(run.id);
   return {};
 }
 
@@ -155,13 +172,33 @@ status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, s
   if (CUresult r = drv_.mem_map(dptr(va), bytes, offset, run.id, 0); r != CUDA_SUCCESS) {
     return drv_.error("cuMemMap", r);
   }
+  std::lock_guard lock(mu_);
+  mappings_.emplace(va, bytes);
   return {};
 }
 
 status cuda_device::do_unmap(std::uintptr_t va, std::size_t bytes) {
   context_scope scope(*this);
-  if (CUresult r = drv_.mem_unmap(dptr(va), bytes); r != CUDA_SUCCESS) {
-    return drv_.error("cuMemUnmap", r);
+  return unmap_recorded(va, bytes);
+}
+
+status cuda_device::unmap_recorded(std::uintptr_t va, std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  // [va, va+bytes) must be whole recorded mappings with no gap; checked
+  // before any is unmapped, so a refused call changes nothing.
+  std::uintptr_t end = va;
+  for (auto it = mappings_.find(va); it != mappings_.end() && it->first == end && end < va + bytes;
+       ++it) {
+    end += it->second;
+  }
+  if (mappings_.find(va) == mappings_.end() || end != va + bytes) {
+    return {errc::invalid_argument, "unmap: the range is not whole mappings of this device"};
+  }
+  for (auto it = mappings_.find(va); it != mappings_.end() && it->first < va + bytes;) {
+    if (CUresult r = drv_.mem_unmap(dptr(it->first), it->second); r != CUDA_SUCCESS) {
+      return drv_.error("cuMemUnmap", r);
+    }
+    it = mappings_.erase(it);
   }
   return {};
 }
@@ -213,6 +250,8 @@ result<event_handle> cuda_device::do_create_event() {
   if (CUresult r = drv_.event_create(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS) {
     return drv_.error("cuEventCreate", r);
   }
+  std::lock_guard lock(mu_);
+  events_.insert(e);
   return event_handle{e};
 }
 
@@ -221,6 +260,8 @@ status cuda_device::do_destroy_event(event_handle event) {
   if (CUresult r = drv_.event_destroy(native(event)); r != CUDA_SUCCESS) {
     return drv_.error("cuEventDestroy", r);
   }
+  std::lock_guard lock(mu_);
+  events_.erase(event.native);
   return {};
 }
 
@@ -296,6 +337,8 @@ result<void*> cuda_device::do_host_alloc(std::size_t bytes) {
   if (CUresult r = drv_.mem_host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE); r != CUDA_SUCCESS) {
     return drv_.error("cuMemHostAlloc", r);
   }
+  std::lock_guard lock(mu_);
+  host_buffers_.insert(p);
   return p;
 }
 
@@ -304,6 +347,8 @@ status cuda_device::do_host_free(void* ptr) {
   if (CUresult r = drv_.mem_free_host(ptr); r != CUDA_SUCCESS) {
     return drv_.error("cuMemFreeHost", r);
   }
+  std::lock_guard lock(mu_);
+  host_buffers_.erase(ptr);
   return {};
 }
 
@@ -313,6 +358,8 @@ status cuda_device::do_host_register(void* ptr, std::size_t bytes) {
       r != CUDA_SUCCESS) {
     return drv_.error("cuMemHostRegister", r);
   }
+  std::lock_guard lock(mu_);
+  registrations_.insert(ptr);
   return {};
 }
 
@@ -321,6 +368,8 @@ status cuda_device::do_host_unregister(void* ptr) {
   if (CUresult r = drv_.mem_host_unregister(ptr); r != CUDA_SUCCESS) {
     return drv_.error("cuMemHostUnregister", r);
   }
+  std::lock_guard lock(mu_);
+  registrations_.erase(ptr);
   return {};
 }
 

@@ -6,11 +6,18 @@
 // and restores the caller's context afterwards, so the caller's own context
 // choice (a runtime, a framework) is never disturbed.
 //
+// The device records what it holds (reservations, mappings, page runs, its
+// streams and events, pinned buffers and registrations) so that closing it
+// gives everything back, as `device` promises; and so that `unmap` of
+// several whole mappings becomes one cuMemUnmap per mapping, which is all
+// the driver accepts.
+//
 // Thread safety: as `device`.
 #pragma once
 
 #include <cuda.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
@@ -71,8 +78,18 @@ class cuda_device final : public device {
   CUdevice dev_;
   CUcontext ctx_;
   std::string name_;
-  std::mutex mu_;  // guards owned_streams_
+  // Unmaps every recorded mapping inside [va, va+bytes), one driver call
+  // each. Needs the primary context current.
+  status unmap_recorded(std::uintptr_t va, std::size_t bytes);
+
+  std::mutex mu_;  // guards everything below
   std::unordered_set<void*> owned_streams_;
+  std::unordered_set<void*> events_;
+  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
+  std::map<std::uintptr_t, std::size_t> mappings_;      // address -> bytes
+  std::unordered_set<std::uint64_t> page_runs_;         // not yet released
+  std::unordered_set<void*> host_buffers_;
+  std::unordered_set<void*> registrations_;
 };
 
 }  // namespace strata

@@ -1,4 +1,7 @@
-// Helpers shared by the allocator suites: a sim device and an allocator on it.
+// Helpers shared by the allocator suites: a device and an allocator on it.
+// The device is the sim device a test names, or, when ctest runs a suite
+// over the stand-in driver (STRATA_TEST_CUDA_DRIVER), the cuda device with
+// the stand-in configured from the same sim options.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,14 +12,46 @@
 #include <string>
 
 #include "caching_allocator.hpp"
+#include "fakecuda/fakecuda_control.hpp"
 #include "sim_device.hpp"
 
 namespace strata::testing {
 
-/// An allocator on a fresh sim device described by `sim_spec` ("sim:...").
+/// The sim device `sim_spec` ("sim:key=value,..."), or the cuda device over
+/// the stand-in configured with the same keys (see above).
+inline result<std::unique_ptr<device>> open_test_device(const std::string& sim_spec) {
+  if (!cuda_expected()) return open_device(sim_spec);
+  const fakecuda_controls* fake = stand_in();
+  if (fake == nullptr) {
+    return status{errc::no_driver,
+                  "STRATA_TEST_CUDA_DRIVER is set, but libcuda.so.1 is not the stand-in driver"};
+  }
+  const std::size_t colon = sim_spec.find(':');
+  const std::string options = colon == std::string::npos ? "" : sim_spec.substr(colon + 1);
+  if (fake->configure(0, options.c_str()) != 0) {
+    return status{errc::invalid_argument,
+                  "the stand-in driver refused '" + options + "' (is another device still open?)"};
+  }
+  return open_device("cuda:0");
+}
+
+/// Makes the device's map call that follows `successes` successful ones
+/// fail, once; returns the error the allocator then reports.
+inline errc fail_map_after(device& d, std::uint64_t successes) {
+  if (auto* sim = dynamic_cast<sim_device*>(&d); sim != nullptr) {
+    sim->arm_fault(sim_fault::map, successes);
+    return errc::injected_fault;
+  }
+  constexpr int cuda_error_unknown = 999;  // CUDA_ERROR_UNKNOWN
+  EXPECT_NE(stand_in(), nullptr) << "failures are injected on sim or the stand-in only";
+  if (stand_in() != nullptr) stand_in()->fail_call("cuMemMap", successes + 1, cuda_error_unknown);
+  return errc::device_error;
+}
+
+/// An allocator on a fresh device described by `sim_spec` ("sim:...").
 inline std::unique_ptr<caching_allocator> make_allocator(const std::string& sim_spec,
                                                          const allocator_options& options = {}) {
-  auto dev = open_device(sim_spec);
+  auto dev = open_test_device(sim_spec);
   EXPECT_TRUE(dev.ok()) << dev.error().to_string();
   if (!dev) return nullptr;
   auto a = caching_allocator::create(std::move(*dev), options);
@@ -24,14 +59,14 @@ inline std::unique_ptr<caching_allocator> make_allocator(const std::string& sim_
   return a ? std::move(*a) : nullptr;
 }
 
-/// An allocator on a fresh sim device with two streams created on it.
+/// An allocator on a fresh device with two streams created on it.
 struct two_streams {
   std::unique_ptr<caching_allocator> alloc;
   std::array<void*, 2> streams{};
 };
 inline two_streams make_two_stream_allocator(const std::string& sim_spec) {
   two_streams out;
-  auto dev = open_device(sim_spec);
+  auto dev = open_test_device(sim_spec);
   EXPECT_TRUE(dev.ok()) << dev.error().to_string();
   if (!dev) return out;
   for (void*& s : out.streams) {

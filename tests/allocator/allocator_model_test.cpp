@@ -51,7 +51,7 @@ TEST(AllocatorModel, MillionRandomOperations) {
   SCOPED_TRACE("model check seed " + std::to_string(seed) + " (rerun with the same seed)");
   std::mt19937_64 rng(seed);
 
-  auto dev = open_device("sim:capacity=256MiB");
+  auto dev = open_test_device("sim:capacity=256MiB");
   ASSERT_TRUE(dev.ok());
   auto s1 = (*dev)->create_stream();
   ASSERT_TRUE(s1.ok());

@@ -18,7 +18,7 @@ struct slow_setup {
 
 // A device that holds exactly `capacity`, whose stream ops each take 20 ms.
 slow_setup make_slow(const char* capacity, const allocator_options& o = {}) {
-  auto dev = open_device(std::string("sim:op_delay_us=20000,capacity=") + capacity);
+  auto dev = open_test_device(std::string("sim:op_delay_us=20000,capacity=") + capacity);
   EXPECT_TRUE(dev.ok());
   slow_setup s;
   s.s1 = *(*dev)->create_stream();

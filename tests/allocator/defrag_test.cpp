@@ -117,9 +117,9 @@ TEST(Defrag, PhaseChangeRequestLargerThanAnyHole) {
 // A map that fails in the middle of a stitch: the request fails with the
 // device's error, no page is lost, and the allocator goes on working.
 TEST(Defrag, FailedMapDuringAStitchLosesNothing) {
-  auto dev = sim_device::create(*parse_sim_config("capacity=64MiB"));
-  ASSERT_TRUE(dev.ok());
-  sim_device* sim = dev->get();
+  auto dev = open_test_device("sim:capacity=64MiB");
+  ASSERT_TRUE(dev.ok()) << dev.error().to_string();
+  device& d = **dev;
   auto made = caching_allocator::create(std::move(*dev), {});
   ASSERT_TRUE(made.ok());
   caching_allocator& a = **made;
@@ -133,10 +133,10 @@ TEST(Defrag, FailedMapDuringAStitchLosesNothing) {
     if (i % 2 == 0) kept.push_back({*p, 4 * mib, i});
   }
   for (std::size_t i = 1; i < all.size(); i += 2) ASSERT_TRUE(a.free_async(all[i], nullptr).ok());
-  sim->arm_fault(sim_fault::map, 3);  // the 4th map of the stitch fails
+  const errc injected = fail_map_after(d, 3);  // the 4th map of the stitch fails
   auto big = a.malloc_async(16 * mib, nullptr);
   ASSERT_FALSE(big.ok());
-  EXPECT_EQ(big.code(), errc::injected_fault);
+  EXPECT_EQ(big.code(), injected) << big.error().to_string();
   EXPECT_EQ(stat_of(a, "reserved_bytes.all.current"), 64 * mib) << "a page was lost";
   EXPECT_EQ(stat_of(a, "num_device_alloc"), 32);
   verify_all(kept);
