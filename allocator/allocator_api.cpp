@@ -83,6 +83,12 @@ std::string allocator::trace_json() const {
 std::string allocator::last_oom_report() const {
   return impl().last_oom_report();
 }
+bool allocator::owns(const void* ptr) const {
+  return impl().owns(ptr);
+}
+memory_info allocator::available_memory() const {
+  return take(impl().available_memory());
+}
 std::uint64_t allocator::add_pressure_handler(std::function<std::size_t(std::size_t)> handler) {
   return impl().add_pressure_handler(std::move(handler));
 }

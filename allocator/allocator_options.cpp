@@ -10,7 +10,8 @@ namespace strata {
 namespace {
 
 constexpr std::string_view accepted_keys =
-    "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer";
+    "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
+    "report_on_exit";
 
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
@@ -103,6 +104,10 @@ status apply(allocator_options& o, const conf_item& item) {
                      "' for 'trace_buffer': expected a count of events from 0 (off) to 67108864");
     }
     o.trace_buffer = *v;
+    return {};
+  }
+  if (item.key == "report_on_exit") {
+    o.report_on_exit = item.value;
     return {};
   }
   return invalid("STRATA_CONF: unknown key '" + std::string(item.key) +

@@ -1,5 +1,7 @@
-// memory_summary() and snapshot_json(): what the allocator holds, for people
-// and for tools.
+// memory_summary(), snapshot_json(), page_map(), owns() and
+// available_memory(): what the allocator holds, for people, tools and the
+// integrations.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <sstream>
@@ -188,6 +190,25 @@ std::vector<caching_allocator::arena_pages> caching_allocator::page_map() {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+bool caching_allocator::owns(const void* ptr) {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard lock(mu_);
+  return std::any_of(arenas_.begin(), arenas_.end(),
+                     [p](const stream_arena* a) { return a->contains(p); });
+}
+
+result<memory_info> caching_allocator::available_memory() {
+  auto device = dev_->get_memory_info();
+  if (!device) return device.error();
+  std::lock_guard lock(mu_);
+  const allocator_stats view = current_stats();
+  const auto reserved = static_cast<std::size_t>(view.reserved_bytes[pool_all].current);
+  const auto allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
+  const std::size_t cached = reserved > allocated ? reserved - allocated : 0;
+  const std::size_t within_limit = limit_ > allocated ? limit_ - allocated : 0;
+  return memory_info{device->total, std::min(device->free + cached, within_limit)};
 }
 
 }  // namespace strata

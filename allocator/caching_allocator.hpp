@@ -125,6 +125,15 @@ class caching_allocator {
   [[nodiscard]] std::vector<arena_pages> page_map();
   /// The last OOM's report as JSON, or "null" if none happened.
   [[nodiscard]] std::string last_oom_report();
+  /// True if `ptr` lies in address space this allocator reserved (live,
+  /// cached or never used alike): how an integration tells a double free of
+  /// ours from someone else's pointer. Takes the mutex.
+  [[nodiscard]] bool owns(const void* ptr);
+  /// The device's total memory, and what an allocation could get now: the
+  /// device's free memory plus this allocator's cached bytes (reserved but
+  /// not allocated), at most the limit minus what is allocated. Errors: the
+  /// device's.
+  result<memory_info> available_memory();
 
   /// Asked to free `bytes` of this allocator's device memory when a request
   /// fails; returns the bytes it freed. Called without the allocator's mutex

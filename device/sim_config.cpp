@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::string_view accepted_keys =
     "capacity, granularity, h2d_gbps, d2h_gbps, d2d_gbps, copy_latency_us, op_delay_us, "
-    "fail_create_page_after, fail_map_after, fail_copy_after, fail_host_alloc_after";
+    "adopt_streams, fail_create_page_after, fail_map_after, fail_copy_after, fail_host_alloc_after";
 
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
@@ -48,6 +48,14 @@ status apply(sim_config& config, const option& opt) {
   if (opt.key == "d2d_gbps") return set_rate(config.d2d_gbps);
   if (opt.key == "copy_latency_us") return set_count(config.copy_latency_us);
   if (opt.key == "op_delay_us") return set_count(config.op_delay_us);
+  if (opt.key == "adopt_streams") {
+    if (opt.value != "true" && opt.value != "false") {
+      return invalid("bad value '" + std::string(opt.value) +
+                     "' for 'adopt_streams': expected true or false");
+    }
+    config.adopt_streams = opt.value == "true";
+    return {};
+  }
   if (opt.key == "fail_create_page_after") return set_count(fault(sim_fault::create_pages));
   if (opt.key == "fail_map_after") return set_count(fault(sim_fault::map));
   if (opt.key == "fail_copy_after") return set_count(fault(sim_fault::copy));

@@ -29,6 +29,10 @@ struct sim_config {
   double d2d_gbps = 0;                ///< Device-to-device copy rate; 0 = instant.
   std::uint64_t copy_latency_us = 0;  ///< Fixed cost added to every copy.
   std::uint64_t op_delay_us = 0;      ///< Delay before every stream operation (a slow stream).
+  /// A stream handle the device did not create becomes a new stream of its
+  /// own on first use (as handles from a CUDA runtime would), instead of an
+  /// "unknown stream" error.
+  bool adopt_streams = false;
   /// For each sim_fault: the number of calls that succeed before one fails
   /// (once); sim_fault_never disables it.
   std::array<std::uint64_t, sim_fault_count> fail_after{sim_fault_never, sim_fault_never,

@@ -154,10 +154,13 @@ result<std::shared_ptr<sim_stream>> sim_device::find_stream(stream_handle stream
   std::lock_guard lock(mu_);
   if (stream.native == nullptr) return default_stream_;
   auto it = streams_.find(stream.native);
-  if (it == streams_.end()) {
-    return invalid(std::string(what) + ": unknown stream (not created by this sim device)");
+  if (it != streams_.end()) return it->second;
+  if (config_.adopt_streams) {
+    auto adopted = std::make_shared<sim_stream>(std::chrono::microseconds(config_.op_delay_us));
+    streams_.emplace(stream.native, adopted);
+    return adopted;
   }
-  return it->second;
+  return invalid(std::string(what) + ": unknown stream (not created by this sim device)");
 }
 
 result<event_handle> sim_device::do_create_event() {

@@ -41,6 +41,10 @@ struct allocator_options {
   /// trace off. While it is on, every call takes the locked path so that
   /// the trace is complete and in order. At most 2^26.
   std::uint64_t trace_buffer = 0;
+  /// Where the integrations (the preload shim, the LibTorch plugin) write
+  /// the stats, the memory summary and the last OOM report at process exit;
+  /// empty: no report. The allocator itself does not read it.
+  std::string report_on_exit;
 };
 
 /// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are

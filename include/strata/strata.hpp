@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "strata/allocator_options.hpp"
+#include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 
@@ -71,6 +72,13 @@ class STRATA_API allocator {
   [[nodiscard]] std::string trace_json() const;
   /// The last OOM's report as JSON ("null" if none).
   [[nodiscard]] std::string last_oom_report() const;
+  /// True if `ptr` lies in address space this allocator reserved, whether or
+  /// not it is a live block (so a false answer means "someone else's").
+  [[nodiscard]] bool owns(const void* ptr) const;
+  /// The device's total memory and what an allocation could get now (its
+  /// free memory plus this allocator's cached bytes, within the limit), as
+  /// cudaMemGetInfo reports under the preload shim. Throws `error`.
+  [[nodiscard]] memory_info available_memory() const;
   /// Registers a handler asked to free `bytes` of device memory when a
   /// request would fail; it returns the bytes it freed, runs on the failing
   /// thread without any allocator lock held, and may free through this

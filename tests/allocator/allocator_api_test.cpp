@@ -168,5 +168,29 @@ TEST(CppApi, ReportsAndPressureHandlers) {
   a.free_async(p, nullptr);
 }
 
+TEST(CppApi, OwnershipAndAvailableMemoryForTheIntegrations) {
+  auto a = allocator::from_conf("device:sim:capacity=64MiB");
+  const memory_info empty = a.available_memory();
+  EXPECT_EQ(empty.total, 64u << 20);
+  EXPECT_EQ(empty.free, 64u << 20);
+  void* small = a.malloc(4096);
+  void* large = a.malloc_async(8 << 20, nullptr);
+  EXPECT_TRUE(a.owns(small));
+  EXPECT_TRUE(a.owns(large));
+  int local = 0;
+  EXPECT_FALSE(a.owns(&local)) << "a stack address is someone else's";
+  EXPECT_FALSE(a.owns(nullptr));
+  const memory_info busy = a.available_memory();
+  EXPECT_LE(busy.free, (64u << 20) - (8u << 20)) << "allocated bytes are not available";
+  a.free_async(large, nullptr);
+  EXPECT_TRUE(a.owns(large)) << "freed, still Strata's address space: a second free is ours";
+  EXPECT_THROW(a.free_async(large, nullptr), error);
+  a.free(small);
+  const memory_info cached = a.available_memory();
+  EXPECT_GE(cached.free, busy.free + (8u << 20)) << "cached bytes count as available";
+  a.set_memory_fraction(0.25);
+  EXPECT_LE(a.available_memory().free, 16u << 20) << "the limit caps what is available";
+}
+
 }  // namespace
 }  // namespace strata::testing

@@ -223,8 +223,10 @@ TEST(Allocator, SummaryAndSnapshotDescribeTheState) {
 TEST(AllocatorConf, ParsesKeysAndDeviceSpecsWithCommas) {
   auto o = parse_allocator_conf(
       "device:sim:capacity=1GiB,granularity=2MiB,release_threshold:64MiB,small_size:512KiB,"
-      "memory_fraction:0.5,wait_before_grow:false,trace_buffer:4096");
+      "memory_fraction:0.5,wait_before_grow:false,trace_buffer:4096,"
+      "report_on_exit:/tmp/strata report.txt");
   ASSERT_TRUE(o.ok()) << o.error().to_string();
+  EXPECT_EQ(o->report_on_exit, "/tmp/strata report.txt");
   EXPECT_EQ(o->trace_buffer, 4096u);
   EXPECT_EQ(o->device, "sim:capacity=1GiB,granularity=2MiB");
   EXPECT_EQ(o->release_threshold, 64u << 20);

@@ -192,6 +192,25 @@ TEST(SimMemory, CopiesToUnmappedDeviceMemoryAndUnknownHandlesAreRefused) {
   EXPECT_EQ(d->destroy_stream(*s).code(), errc::invalid_argument) << "double destroy accepted";
 }
 
+TEST(SimMemory, AdoptedStreamsRunInOrderWhenAsked) {
+  int foreign_handle = 0;
+  const stream_handle foreign{&foreign_handle};
+  auto strict = open_ok("sim:capacity=16MiB");
+  ASSERT_TRUE(strict);
+  EXPECT_EQ(strict->wrap_stream(foreign.native).code(), errc::invalid_argument);
+  auto d = open_ok("sim:capacity=16MiB,adopt_streams=true");
+  ASSERT_TRUE(d);
+  auto adopted = d->wrap_stream(foreign.native);
+  ASSERT_TRUE(adopted.ok()) << adopted.error().to_string();
+  EXPECT_EQ(*adopted, foreign);
+  std::vector<int> order;
+  const auto push = [](void* arg) { static_cast<std::vector<int>*>(arg)->push_back(1); };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(d->launch_host_fn(foreign, push, &order).ok());
+  ASSERT_TRUE(d->synchronize_stream(foreign).ok());
+  EXPECT_EQ(order.size(), 3u) << "the adopted stream did not run its work";
+  EXPECT_FALSE(open_device("sim:adopt_streams=maybe").ok());
+}
+
 TEST(SimMemory, EightyGiBDeviceOnASmallHost) {
   auto d = open_ok("sim:capacity=80GiB");
   ASSERT_TRUE(d);
