@@ -102,6 +102,11 @@ FAKECUDA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
               [&] { return drv().ctx_set_current(ctx); });
 }
 
+FAKECUDA_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  return call("cuCtxGetDevice", needs::context, args(arg("device", device)),
+              [&] { return fakecuda::fake_driver::ctx_get_device(device); });
+}
+
 FAKECUDA_EXPORT CUresult cuCtxSynchronize() {
   return call("cuCtxSynchronize", needs::context, "", [&] { return drv().ctx_synchronize(); });
 }
@@ -109,6 +114,31 @@ FAKECUDA_EXPORT CUresult cuCtxSynchronize() {
 FAKECUDA_EXPORT CUresult cuMemGetInfo(size_t* free, size_t* total) {
   return call("cuMemGetInfo", needs::context, args(arg("free", free), arg("total", total)),
               [&] { return drv().mem_get_info(free, total); });
+}
+
+FAKECUDA_EXPORT CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
+  return call("cuMemAlloc", needs::context, args(arg("dptr", dptr), arg("bytesize", bytesize)),
+              [&] { return drv().mem_alloc(dptr, bytesize); });
+}
+
+FAKECUDA_EXPORT CUresult cuMemFree(CUdeviceptr dptr) {
+  return call("cuMemFree", needs::context, args(arg("dptr", dptr)),
+              [&] { return drv().mem_free(dptr); });
+}
+
+FAKECUDA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return call("cuMemAllocAsync", needs::context,
+              args(arg("dptr", dptr), arg("bytesize", bytesize), arg("stream", hStream)), [&] {
+                return drv().stream_known(hStream) ? drv().mem_alloc(dptr, bytesize)
+                                                   : CUDA_ERROR_INVALID_HANDLE;
+              });
+}
+
+FAKECUDA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return call(
+      "cuMemFreeAsync", needs::context, args(arg("dptr", dptr), arg("stream", hStream)), [&] {
+        return drv().stream_known(hStream) ? drv().mem_free(dptr) : CUDA_ERROR_INVALID_HANDLE;
+      });
 }
 
 FAKECUDA_EXPORT CUresult cuMemGetAllocationGranularity(size_t* granularity,

@@ -154,6 +154,12 @@ CUresult fake_driver::ctx_get_current(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 
+CUresult fake_driver::ctx_get_device(CUdevice* dev) {
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *dev = current_ctx->ordinal;
+  return CUDA_SUCCESS;
+}
+
 CUresult fake_driver::ctx_set_current(CUcontext ctx) {
   if (ctx == nullptr) {
     current_ctx = nullptr;
@@ -185,7 +191,8 @@ int fake_driver::configure(int ordinal, const char* sim_options) {
   if (std::any_of(handles_.begin(), handles_.end(), mine) ||
       std::any_of(reservations_.begin(), reservations_.end(), mine) ||
       std::any_of(streams_.begin(), streams_.end(), on_gpu) ||
-      std::any_of(events_.begin(), events_.end(), on_gpu)) {
+      std::any_of(events_.begin(), events_.end(), on_gpu) ||
+      std::any_of(allocations_.begin(), allocations_.end(), mine)) {
     return -1;
   }
   auto sim = make_sim(sim_options);

@@ -55,6 +55,7 @@ class fake_driver {
   CUresult primary_retain(CUcontext* ctx, CUdevice dev);
   CUresult primary_release(CUdevice dev);
   static CUresult ctx_get_current(CUcontext* ctx);
+  static CUresult ctx_get_device(CUdevice* dev);
   CUresult ctx_set_current(CUcontext ctx);
   CUresult ctx_synchronize();
 
@@ -72,6 +73,11 @@ class fake_driver {
                    unsigned long long flags);
   CUresult mem_unmap(CUdeviceptr ptr, size_t size);
   CUresult mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count);
+  // Plain allocations (cuMemAlloc): a reservation, one handle mapped with
+  // access, rounded up to the granularity; the async forms are not
+  // stream-ordered (they act at once).
+  CUresult mem_alloc(CUdeviceptr* ptr, size_t size);
+  CUresult mem_free(CUdeviceptr ptr);
   CUresult host_alloc(void** ptr, size_t size, unsigned flags);
   CUresult free_host(void* ptr);
   CUresult host_register(void* ptr, size_t size, unsigned flags);
@@ -89,6 +95,8 @@ class fake_driver {
   CUresult event_synchronize(CUevent event);
   CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
   CUresult launch_host_func(CUstream stream, CUhostFn fn, void* data);
+  /// True for the default streams and streams created and not destroyed.
+  bool stream_known(CUstream stream);
 
   // --- test controls (fakecuda.h) -----------------------------------------
   int configure(int ordinal, const char* sim_options);
@@ -114,6 +122,11 @@ class fake_driver {
     int ordinal;
     std::size_t bytes;
   };
+  struct allocation_info {
+    int ordinal;
+    std::size_t bytes;
+    strata::page_run run;
+  };
 
   fake_driver();
 
@@ -135,9 +148,10 @@ class fake_driver {
   CUmemGenericAllocationHandle next_handle_ = 1;
   std::map<std::uintptr_t, reservation_info> reservations_;
   std::map<std::uintptr_t, mapping_info> mappings_;
-  std::unordered_map<void*, int> streams_;  // CUstream -> ordinal
-  std::unordered_map<void*, int> events_;   // CUevent -> ordinal
-  std::size_t host_objects_ = 0;            // pinned buffers + registrations
+  std::map<std::uintptr_t, allocation_info> allocations_;  // from cuMemAlloc
+  std::unordered_map<void*, int> streams_;                 // CUstream -> ordinal
+  std::unordered_map<void*, int> events_;                  // CUevent -> ordinal
+  std::size_t host_objects_ = 0;                           // pinned buffers + registrations
 };
 
 /// A Strata status as the driver's result.

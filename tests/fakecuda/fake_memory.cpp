@@ -186,6 +186,44 @@ CUresult fake_driver::mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAc
   return to_result(g.sim->set_access(addr(ptr), size));
 }
 
+CUresult fake_driver::mem_alloc(CUdeviceptr* ptr, size_t size) {
+  if (ptr == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  const int ordinal = current_ordinal();
+  gpu& g = current();
+  const std::size_t gran = g.sim->granularity();
+  const std::size_t bytes = (size + gran - 1) / gran * gran;
+  std::lock_guard lock(mu_);
+  auto base = g.sim->reserve(bytes, 0);
+  if (!base) return to_result(base.error());
+  auto run = g.sim->create_pages(bytes);
+  strata::status s = run ? g.sim->map(*base, bytes, *run, 0) : run.error();
+  if (s) s = g.sim->set_access(*base, bytes);
+  if (!s) {
+    if (run) {
+      (void)g.sim->unmap(*base, bytes);
+      (void)g.sim->release_pages(*run);
+    }
+    (void)g.sim->free_reservation(*base, bytes);
+    return to_result(s);
+  }
+  allocations_.emplace(*base, allocation_info{ordinal, bytes, *run});
+  *ptr = static_cast<CUdeviceptr>(*base);
+  return CUDA_SUCCESS;
+}
+
+CUresult fake_driver::mem_free(CUdeviceptr ptr) {
+  std::lock_guard lock(mu_);
+  auto it = allocations_.find(addr(ptr));
+  if (it == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  gpu& g = gpus_[static_cast<std::size_t>(it->second.ordinal)];
+  const std::size_t bytes = it->second.bytes;
+  if (auto s = g.sim->unmap(addr(ptr), bytes); !s) return to_result(s);
+  (void)g.sim->release_pages(it->second.run);
+  (void)g.sim->free_reservation(addr(ptr), bytes);
+  allocations_.erase(it);
+  return CUDA_SUCCESS;
+}
+
 CUresult fake_driver::host_alloc(void** ptr, size_t size, unsigned flags) {
   constexpr unsigned known =
       CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;

@@ -44,6 +44,11 @@ fake_driver::gpu* fake_driver::event_gpu(CUevent event) {
   return it == events_.end() ? nullptr : &gpus_[static_cast<std::size_t>(it->second)];
 }
 
+bool fake_driver::stream_known(CUstream stream) {
+  strata::stream_handle h;
+  return stream_gpu(stream, h) != nullptr;
+}
+
 CUresult fake_driver::stream_create(CUstream* stream, unsigned flags) {
   if (stream == nullptr || (flags & ~unsigned{CU_STREAM_NON_BLOCKING}) != 0) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -26,7 +26,7 @@ void* fn(F* f) {
   return reinterpret_cast<void*>(f);
 }
 
-const std::array<entry, 37> table{{
+const std::array<entry, 42> table{{
     {"cuInit", fn(&cuInit)},
     {"cuDriverGetVersion", fn(&cuDriverGetVersion)},
     {"cuGetErrorName", fn(&cuGetErrorName)},
@@ -39,7 +39,12 @@ const std::array<entry, 37> table{{
     {"cuDevicePrimaryCtxRelease", fn(&cuDevicePrimaryCtxRelease)},
     {"cuCtxGetCurrent", fn(&cuCtxGetCurrent)},
     {"cuCtxSetCurrent", fn(&cuCtxSetCurrent)},
+    {"cuCtxGetDevice", fn(&cuCtxGetDevice)},
     {"cuCtxSynchronize", fn(&cuCtxSynchronize)},
+    {"cuMemAlloc", fn(&cuMemAlloc)},
+    {"cuMemFree", fn(&cuMemFree)},
+    {"cuMemAllocAsync", fn(&cuMemAllocAsync)},
+    {"cuMemFreeAsync", fn(&cuMemFreeAsync)},
     {"cuMemGetInfo", fn(&cuMemGetInfo)},
     {"cuMemGetAllocationGranularity", fn(&cuMemGetAllocationGranularity)},
     {"cuMemAddressReserve", fn(&cuMemAddressReserve)},

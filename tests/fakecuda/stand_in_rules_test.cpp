@@ -171,6 +171,29 @@ TEST_F(StandIn, ReleasedMemoryLivesUntilItsLastMappingIsGone) {
   EXPECT_EQ(cuMemAddressFree(base, 2 * page), CUDA_SUCCESS);
 }
 
+TEST_F(StandIn, PlainAllocationsAreRoundedAndFreedOnce) {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(cuMemAlloc(&p, 0), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemAlloc(&p, 100), CUDA_SUCCESS);
+  std::memset(reinterpret_cast<void*>(p), 1, 100);  // mapped with access
+  std::size_t free = 0;
+  std::size_t total = 0;
+  ASSERT_EQ(cuMemGetInfo(&free, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total - free, page) << "rounded up to the granularity";
+  CUdevice dev = -1;
+  EXPECT_EQ(cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 0);
+  EXPECT_EQ(cuMemFree(p + 256), CUDA_ERROR_INVALID_VALUE) << "not the start of an allocation";
+  EXPECT_EQ(cuMemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(p), CUDA_ERROR_INVALID_VALUE) << "freed twice";
+  int not_a_stream = 0;
+  EXPECT_EQ(cuMemAllocAsync(&p, 100, reinterpret_cast<CUstream>(&not_a_stream)),
+            CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(cuMemAllocAsync(&p, 100, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeAsync(p, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fakecuda_live_objects(), 0u);
+}
+
 TEST_F(StandIn, CapacityIsEnforced) {
   const CUmemAllocationProp prop = device_prop();
   CUmemGenericAllocationHandle h = 0;
