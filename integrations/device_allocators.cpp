@@ -1,0 +1,102 @@
+#include "device_allocators.hpp"
+
+#include <cstdlib>
+#include <fstream>
+
+namespace strata::integration {
+
+namespace {
+
+// The process's one report writer (the integrations each have one
+// device_allocators, living until exit).
+device_allocators* reporting = nullptr;
+
+void report_at_exit() {
+  if (reporting != nullptr) reporting->write_report();
+}
+
+}  // namespace
+
+std::string stats_json(const stat_map& stats) {
+  std::string out = "{";
+  for (const auto& [name, value] : stats) {
+    if (out.size() > 1) out += ",";
+    out += "\"" + name + "\":" + std::to_string(value);
+  }
+  return out + "}";
+}
+
+allocator* device_allocators::owner_of(const void* ptr) {
+  for (auto& slot : allocators_) {
+    allocator* a = slot.load(std::memory_order_acquire);
+    if (a != nullptr && a->owns(ptr)) return a;
+  }
+  return nullptr;
+}
+
+void device_allocators::turn_off(const std::string& why) {
+  if (!off_.exchange(true, std::memory_order_acq_rel)) {
+    std::fprintf(stderr, "%s: Strata is off, CUDA allocations go to CUDA: %s\n", who_, why.c_str());
+  }
+}
+
+allocator* device_allocators::create(int index) {
+  if (off_.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard lock(mu_);
+  auto& slot = allocators_[static_cast<std::size_t>(index)];
+  if (allocator* a = slot.load(std::memory_order_acquire)) return a;
+  if (!configured_) {
+    auto parsed = allocator_options_from_env();
+    if (!parsed) {
+      turn_off(parsed.error().message());
+      return nullptr;
+    }
+    options_ = *parsed;
+    if (options_.device.rfind("cuda:", 0) == 0) {
+      turn_off("STRATA_CONF device '" + options_.device +
+               "': integrations follow the current device; use device:cuda");
+      return nullptr;
+    }
+    configured_ = true;
+  }
+  allocator_options o = options_;
+  if (o.device == "auto" || o.device == "cuda") o.device = "cuda:" + std::to_string(index);
+  try {
+    auto* a = new allocator(o);  // NOLINT(cppcoreguidelines-owning-memory): lives until exit
+    slot.store(a, std::memory_order_release);
+    if (reporting == nullptr && !options_.report_on_exit.empty()) {
+      reporting = this;
+      std::atexit(report_at_exit);
+    }
+    return a;
+  } catch (const error& e) {
+    turn_off(std::string("device ") + std::to_string(index) + ": " + e.what());
+    return nullptr;
+  }
+}
+
+void device_allocators::write_report() {
+  std::string path;
+  {
+    std::lock_guard lock(mu_);
+    path = options_.report_on_exit;
+  }
+  if (path.empty()) return;
+  std::ofstream out(path);
+  if (!out) {
+    std::fprintf(stderr, "%s: cannot write the exit report to %s\n", who_, path.c_str());
+    return;
+  }
+  out << "Strata exit report (" << who_ << ")\n";
+  for_each([&](int index, allocator& a) {
+    out << "\n== device " << index << " ==\n\nstats (JSON):\n";
+    out << stats_json(a.stats()) << "\n\n"
+        << a.memory_summary() << "\nlast OOM report (JSON):\n"
+        << a.last_oom_report() << "\n";
+  });
+  if (!out.flush()) {
+    std::fprintf(stderr, "%s: writing the exit report to %s failed\n", who_, path.c_str());
+  }
+}
+
+}  // namespace strata::integration

@@ -1,0 +1,125 @@
+// The CUDA runtime's allocation calls, served by Strata (the current
+// device's allocator): cudaMalloc/cudaFree keep their device-wide meaning,
+// cudaMallocAsync/cudaFreeAsync are stream-ordered, cudaMemGetInfo counts
+// Strata's cached memory as free. A pointer Strata did not hand out, and
+// every call while Strata is off, goes to the real runtime.
+//
+// Cost over Strata's own call: one cudaGetDevice.
+#include <optional>
+
+#include "real_cuda.hpp"
+#include "shim_state.hpp"
+
+namespace {
+
+using strata::preload::allocators;
+using strata::preload::current_device;
+using strata::preload::real;
+using strata::preload::runtime_error;
+
+constexpr auto not_available = cudaErrorNotSupported;  // no real runtime function
+
+// Allocates through Strata; nullopt when Strata is off (pass it through).
+std::optional<cudaError_t> allocate(void** ptr, size_t size, cudaStream_t stream, bool async,
+                                    cudaStream_t per_thread_null) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  strata::allocator* a = allocators().get(current_device());
+  if (a == nullptr) return std::nullopt;
+  try {
+    if (async) {
+      *ptr = a->malloc_async(size, stream != nullptr ? stream : per_thread_null);
+    } else {
+      *ptr = a->malloc(size);
+    }
+    return cudaSuccess;
+  } catch (const strata::error& e) {
+    return runtime_error(e.code());
+  }
+}
+
+// Frees through Strata; false when the pointer is not Strata's.
+bool release(void* ptr, cudaStream_t stream, bool async, cudaError_t& result) {
+  strata::allocator* current = allocators().get(current_device());
+  if (current == nullptr && !allocators().on()) return false;
+  strata::errc code = strata::errc::ok;
+  const bool ours = strata::preload::free_owned(
+      current, ptr,
+      [&](strata::allocator& a) {
+        if (async) {
+          a.free_async(ptr, stream);
+        } else {
+          a.free(ptr);
+        }
+      },
+      code);
+  result = runtime_error(code);
+  return ours;
+}
+
+cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream,
+                         decltype(&cudaMallocAsync) passthrough, cudaStream_t per_thread_null) {
+  if (auto r = allocate(ptr, size, stream, true, per_thread_null)) return *r;
+  return passthrough != nullptr ? passthrough(ptr, size, stream) : not_available;
+}
+
+cudaError_t free_async(void* ptr, cudaStream_t stream, decltype(&cudaFreeAsync) passthrough) {
+  if (ptr == nullptr) return cudaSuccess;
+  cudaError_t result = cudaSuccess;
+  if (release(ptr, stream, true, result)) return result;
+  return passthrough != nullptr ? passthrough(ptr, stream) : not_available;
+}
+
+}  // namespace
+
+extern "C" {
+
+[[gnu::visibility("default")]] cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (auto r = allocate(devPtr, size, nullptr, false, nullptr)) return *r;
+  return real().malloc != nullptr ? real().malloc(devPtr, size) : not_available;
+}
+
+[[gnu::visibility("default")]] cudaError_t cudaFree(void* devPtr) {
+  if (devPtr == nullptr) return cudaSuccess;
+  cudaError_t result = cudaSuccess;
+  if (release(devPtr, nullptr, false, result)) return result;
+  return real().free != nullptr ? real().free(devPtr) : not_available;
+}
+
+[[gnu::visibility("default")]] cudaError_t cudaMallocAsync(void** devPtr, size_t size,
+                                                           cudaStream_t hStream) {
+  return malloc_async(devPtr, size, hStream, real().malloc_async, nullptr);
+}
+
+[[gnu::visibility("default")]] cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
+  return free_async(devPtr, hStream, real().free_async);
+}
+
+// Programs built with --default-stream per-thread call these: their null
+// stream is the per-thread default stream.
+[[gnu::visibility("default")]] cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size,
+                                                                cudaStream_t hStream) {
+  return malloc_async(devPtr, size, hStream, real().malloc_async_ptsz, cudaStreamPerThread);
+}
+
+[[gnu::visibility("default")]] cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
+  return free_async(devPtr, hStream != nullptr ? hStream : cudaStreamPerThread,
+                    real().free_async_ptsz);
+}
+
+[[gnu::visibility("default")]] cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
+  strata::allocator* a = allocators().get(current_device());
+  if (a == nullptr) {
+    return real().mem_get_info != nullptr ? real().mem_get_info(free, total) : not_available;
+  }
+  try {
+    const strata::memory_info info = a->available_memory();
+    *free = info.free;
+    *total = info.total;
+    return cudaSuccess;
+  } catch (const strata::error& e) {
+    return runtime_error(e.code());
+  }
+}
+
+}  // extern "C"

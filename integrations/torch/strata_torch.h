@@ -1,0 +1,62 @@
+/* libstrata_torch.so: Strata as PyTorch's CUDA allocator, through
+ * torch.cuda.memory.CUDAPluggableAllocator (integrations/torch/strata_torch.py
+ * does the wiring; docs/integrations.md).
+ *
+ * One Strata allocator per device, configured from STRATA_CONF, created on
+ * first use. `stream` is the cudaStream_t PyTorch passes (the current stream
+ * of the allocation).
+ *
+ * Thread safety: every function may be called from any thread at any time.
+ * Errors never escape as crashes: allocation failures return NULL, and the
+ * reason is kept (strata_torch_last_error for the calling thread,
+ * strata_torch_last_oom_report per device). */
+#ifndef STRATA_TORCH_H
+#define STRATA_TORCH_H
+
+/* A C header: C's headers and typedefs on purpose. */
+/* NOLINTBEGIN(modernize-deprecated-headers,modernize-use-using) */
+#include <stddef.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+#define STRATA_TORCH_API extern "C" __attribute__((visibility("default")))
+#else
+#define STRATA_TORCH_API __attribute__((visibility("default")))
+#endif
+
+typedef struct CUstream_st* strata_torch_stream; /* cudaStream_t */
+/* NOLINTEND(modernize-deprecated-headers,modernize-use-using) */
+
+/* alloc_fn: `size` bytes on `device`, stream-ordered on `stream`. NULL for
+ * size 0 and on failure (out of memory: the report is kept). */
+STRATA_TORCH_API void* strata_torch_malloc(ssize_t size, int device, strata_torch_stream stream);
+/* free_fn: PyTorch passes the allocation's size, device and stream; the
+ * free is stream-ordered on that stream. A pointer Strata does not know is
+ * reported on stderr and left alone. */
+STRATA_TORCH_API void strata_torch_free(void* ptr, ssize_t size, int device,
+                                        strata_torch_stream stream);
+/* record_stream_fn: the free of `ptr` also waits for work queued on
+ * `stream` until then. */
+STRATA_TORCH_API void strata_torch_record_stream(void* ptr, strata_torch_stream stream);
+/* reset_fn (torch.cuda.empty_cache): returns every device's cached pages. */
+STRATA_TORCH_API void strata_torch_empty_cache(void);
+/* memory_fraction_fn: limits device `device` to `fraction` (0, 1] of its
+ * memory. */
+STRATA_TORCH_API void strata_torch_set_memory_fraction(double fraction, int device);
+/* init_fn: PyTorch says how many devices there are; Strata starts the
+ * allocator of the current device's index lazily, so this only checks the
+ * count. */
+STRATA_TORCH_API void strata_torch_init(int device_count);
+
+/* JSON texts for device `device` (free with strata_torch_string_free); NULL
+ * when Strata is off or the device has no allocator yet. */
+STRATA_TORCH_API char* strata_torch_stats_json(int device);
+STRATA_TORCH_API char* strata_torch_snapshot_json(int device);
+STRATA_TORCH_API char* strata_torch_last_oom_report(int device);
+/* The table of torch.cuda.memory_summary(). */
+STRATA_TORCH_API char* strata_torch_memory_summary(int device);
+STRATA_TORCH_API void strata_torch_string_free(char* s);
+/* The calling thread's last failure ("" if none); valid until its next call. */
+STRATA_TORCH_API const char* strata_torch_last_error(void);
+
+#endif

@@ -1,0 +1,71 @@
+"""strata_torch.py against a stub of torch (tests/integrations/torch_stub)
+and the real libstrata_torch.so on the sim device. Run by ctest with
+PYTHONPATH, STRATA_TORCH_LIBRARY and STRATA_CONF set."""
+import ctypes
+import os
+import sys
+
+import strata_torch
+import torch
+
+
+def check(condition, what):
+    if not condition:
+        print(f"strata_torch_test: FAILED: {what}")
+        sys.exit(1)
+
+
+torch.cuda.initialized = True
+try:
+    strata_torch.install()
+    check(False, "install() after CUDA initialisation must fail")
+except strata_torch.StrataTorchError as e:
+    check("before CUDA is initialised" in str(e), f"unclear error: {e}")
+check(not strata_torch.installed(), "a refused install left Strata installed")
+
+torch.cuda.initialized = False
+wired = strata_torch.install()
+allocator = torch.cuda.memory.current
+check(allocator is not None, "change_current_allocator was not called")
+check(allocator.path == os.environ["STRATA_TORCH_LIBRARY"], f"library {allocator.path}")
+check((allocator.alloc_fn_name, allocator.free_fn_name) ==
+      ("strata_torch_malloc", "strata_torch_free"), "alloc/free function names")
+check(sorted(wired) == sorted(allocator._allocator.hooks), "hooks reported vs wired")
+check(len(wired) == 4 and all(allocator._allocator.hooks.values()), f"hooks: {wired}")
+check(strata_torch.install() == [], "a second install() must do nothing")
+
+lib = ctypes.CDLL(os.environ["STRATA_TORCH_LIBRARY"])
+lib.strata_torch_malloc.restype = ctypes.c_void_p
+lib.strata_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+lib.strata_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,
+                                  ctypes.c_void_p]
+p = lib.strata_torch_malloc(3 << 20, 0, None)
+check(p, "a 3 MiB allocation failed")
+stats = strata_torch.memory_stats()
+check(stats["allocated_bytes.all.current"] == 3 << 20, f"allocated {stats}")
+check("Strata memory summary" in strata_torch.memory_summary(), "memory_summary")
+check(isinstance(strata_torch.snapshot(), dict), "snapshot")
+check(strata_torch.last_oom_report() is None, "an OOM report before any OOM")
+lib.strata_torch_free(p, 3 << 20, 0, None)
+strata_torch.empty_cache()
+check(strata_torch.memory_stats()["reserved_bytes.all.current"] == 0, "empty_cache")
+
+with strata_torch.out_of_memory_errors():
+    q = lib.strata_torch_malloc(1 << 20, 0, None)
+    lib.strata_torch_free(q, 1 << 20, 0, None)
+try:
+    with strata_torch.out_of_memory_errors():
+        check(not lib.strata_torch_malloc(1 << 50, 0, None), "a 1 PiB allocation succeeded")
+    check(False, "an OOM inside the block raised nothing")
+except torch.cuda.OutOfMemoryError as e:
+    check("CUDA out of memory: Strata could not allocate 1125899906842624 bytes" in str(e),
+          f"message: {e}")
+    check("verdict" in str(e), "the report is not in the message")
+try:
+    with strata_torch.out_of_memory_errors():
+        lib.strata_torch_malloc(1 << 50, 0, None)
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    check(False, "the RuntimeError vanished")
+except torch.cuda.OutOfMemoryError as e:
+    check(isinstance(e.__cause__, RuntimeError), "the original error is not the cause")
+print("strata_torch_test: OK")
