@@ -172,6 +172,18 @@ int main(int argc, char** argv) {
     fail("a foreign cudaFree did not reach the runtime", 0);
   }
   printf("foreign pointer: cudaFree passed through\n");
+  if (!strata_off) {
+    /* Device 1 has its own allocator; a free made while device 0 is current
+     * still finds it. */
+    void* on_one = NULL;
+    if (cudaSetDevice(1) != cudaSuccess || cudaMalloc(&on_one, 1 << 20) != cudaSuccess) {
+      fail("cudaMalloc on device 1", 0);
+    }
+    if (cudaSetDevice(0) != cudaSuccess || cudaFree(on_one) != cudaSuccess) {
+      fail("cudaFree of device 1's pointer from device 0", 0);
+    }
+    printf("device 1: its own allocator, freed from device 0\n");
+  }
   const unsigned long passed = stand_in_rt_calls("cudaMalloc");
   if (strata_off != (passed > 0)) fail("cudaMalloc calls that reached the runtime", (long)passed);
   printf("cudaMalloc calls that reached the runtime: %lu\n", passed);
