@@ -1,6 +1,7 @@
 #include "block_map.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 
 namespace strata {
@@ -10,13 +11,21 @@ block_map::block_map(std::uintptr_t base, std::size_t size) : base_(base), size_
   insert_free(it);
 }
 
+unsigned block_map::bucket_of(std::size_t bytes) noexcept {
+  return static_cast<unsigned>(std::bit_width(bytes | 1)) - 1;
+}
+
 void block_map::insert_free(iterator it) {
-  free_by_size_.emplace(it->second.size, it->first);
+  const unsigned b = bucket_of(it->second.size);
+  free_[b].emplace(it->first, it->second.size);
+  nonempty_ |= std::uint64_t{1} << b;
   if (it->second.mapped) ++mapped_free_;
 }
 
 void block_map::erase_free(iterator it) {
-  free_by_size_.erase({it->second.size, it->first});
+  const unsigned b = bucket_of(it->second.size);
+  free_[b].erase(it->first);
+  if (free_[b].empty()) nonempty_ &= ~(std::uint64_t{1} << b);
   if (it->second.mapped) --mapped_free_;
 }
 
@@ -31,10 +40,24 @@ void block_map::set_mapped(iterator it, bool mapped) {
   }
 }
 
-block_map::iterator block_map::best_fit(std::size_t bytes) {
-  auto f = free_by_size_.lower_bound({bytes, 0});
-  if (f == free_by_size_.end()) return blocks_.end();
-  return blocks_.find(f->second);
+block_map::iterator block_map::first_fit(std::size_t bytes) {
+  if (bytes == 0) return blocks_.end();
+  const unsigned own = bucket_of(bytes);
+  std::uintptr_t best = UINTPTR_MAX;
+  // Every block of a larger bucket fits: the lowest first address wins.
+  const std::uint64_t larger = own + 1 < buckets ? ~((std::uint64_t{2} << own) - 1) : 0;
+  for (std::uint64_t m = nonempty_ & larger; m != 0; m &= m - 1) {
+    best = std::min(best, free_[static_cast<unsigned>(std::countr_zero(m))].begin()->first);
+  }
+  // The request's own bucket: the first block below `best` that is large enough.
+  for (const auto& [addr, size] : free_[own]) {
+    if (addr >= best) break;
+    if (size >= bytes) {
+      best = addr;
+      break;
+    }
+  }
+  return best == UINTPTR_MAX ? blocks_.end() : blocks_.find(best);
 }
 
 block_map::iterator block_map::allocate(iterator it, std::size_t bytes, std::size_t requested) {

@@ -1,4 +1,5 @@
-// The blocks of one arena's address space: best fit with split and coalesce.
+// The blocks of one arena's address space: address-ordered first fit with
+// split and coalesce.
 //
 // The address space [base, base+size) is tiled by blocks, each free,
 // allocated (handed to a caller) or pending (freed by the caller but waiting
@@ -9,18 +10,27 @@
 // mapped, so allocating from it needs no page work. A conservative flag:
 // false may still mean all pages are mapped, never the reverse.
 //
-// Cost: allocate and release are O(log n) in the number of blocks; node
-// memory comes from a pool owned by the map, so after warm-up they make no
-// call to the system allocator.
+// Placement: the lowest-addressed free block large enough. It keeps live
+// blocks packed toward the start of the range, which leaves fewer partly
+// used pages than best fit on real training traces (bench/RESULTS.md).
+// Free blocks are kept in 64 size buckets (floor(log2(size))), each ordered
+// by address: every block in a bucket above the request's fits, so only the
+// request's own bucket is scanned, and only below the best address found.
+//
+// Cost: allocate and release are O(log n) in the number of blocks; a search
+// looks at the first block of each non-empty larger bucket (at most 64) plus
+// the blocks of its own bucket below that address. Node memory comes from a
+// pool owned by the map, so after warm-up no call reaches the system
+// allocator.
 //
 // Thread safety: none; the owner serializes calls.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory_resource>
-#include <set>
 #include <utility>
 
 namespace strata {
@@ -50,8 +60,8 @@ class block_map {
   block_map& operator=(block_map&&) = delete;
   ~block_map() = default;
 
-  /// The smallest free block of at least `bytes`, or end().
-  iterator best_fit(std::size_t bytes);
+  /// The lowest-addressed free block of at least `bytes`, or end().
+  iterator first_fit(std::size_t bytes);
 
   /// Carves `bytes` from the start of free block `it`, marks it allocated
   /// with `requested` and returns it; the remainder stays free.
@@ -86,7 +96,18 @@ class block_map {
   std::size_t size_;
   std::pmr::unsynchronized_pool_resource pool_;
   std::pmr::map<std::uintptr_t, block_info> blocks_{&pool_};
-  std::pmr::set<std::pair<std::size_t, std::uintptr_t>> free_by_size_{&pool_};
+  static constexpr unsigned buckets = 64;
+  using bucket = std::pmr::map<std::uintptr_t, std::size_t>;  // address -> size
+  static unsigned bucket_of(std::size_t bytes) noexcept;
+  template <std::size_t... I>
+  static std::array<bucket, buckets> make_buckets(std::pmr::memory_resource* r,
+                                                  std::index_sequence<I...> /*unused*/) {
+    return {{((void)I, bucket(r))...}};
+  }
+
+  // Free blocks by size bucket.
+  std::array<bucket, buckets> free_{make_buckets(&pool_, std::make_index_sequence<buckets>{})};
+  std::uint64_t nonempty_ = 0;  // bit b: bucket b holds a block
   std::size_t mapped_free_ = 0;
 };
 

@@ -54,7 +54,11 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
       classes_(options.small_size & ~std::size_t{511}, granularity_),
       events_(*dev_),
       trace_(static_cast<std::size_t>(options.trace_buffer)),
-      serial_(thread_cache::register_allocator()) {}
+      serial_(thread_cache::register_allocator()) {
+  // A multiple of 512, so a request and its rounded block fall in the same
+  // stats pool.
+  options_.small_size &= ~std::uint64_t{511};
+}
 
 caching_allocator::~caching_allocator() {
   // From here on no thread cache touches this allocator; their parked
@@ -185,7 +189,7 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
                                                      std::size_t size, std::size_t requested) {
   bool may_grow = !options_.wait_before_grow;
   for (int round = 0; round < 16; ++round) {
-    auto it = arena.blocks().best_fit(size);
+    auto it = arena.blocks().first_fit(size);
     if (it == arena.blocks().end()) break;  // the arena's address space is exhausted
     const bool mapped = it->second.mapped;
     it = arena.blocks().allocate(it, size, requested);
@@ -432,7 +436,7 @@ allocator_stats caching_allocator::stats() {
 allocator_stats caching_allocator::current_stats() {
   refresh_derived_stats();
   allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc, classes_);
+  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc);
   return view;
 }
 

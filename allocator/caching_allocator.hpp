@@ -3,7 +3,7 @@
 // Layout: each stream gets two arenas (small and large), each a reserved
 // virtual range into which physical pages (one granularity each) are mapped
 // on demand. Small requests come from size-class slabs (one page each) in
-// the small arena; larger ones by best fit with split and coalesce in the
+// the small arena; larger ones by first fit with split and coalesce in the
 // large arena. Idle pages live in a page pool and move between arenas by
 // unmapping and remapping, so free memory anywhere can back a request
 // anywhere: the allocator grows only when no idle page exists.
@@ -204,7 +204,15 @@ class caching_allocator {
   [[nodiscard]] std::size_t pages_needed(std::size_t bytes) const;
 
   // fast_path.cpp: the thread-cache paths and their bookkeeping.
-  static void count_slot(thread_cache& tc, thread_cache::counter first, std::size_t requested);
+  // Counts a block lent (c = large_out) or taken back (c = large_in) by
+  // `tc`'s slot, in the counters of the block's stats pool.
+  void count_slot(thread_cache& tc, thread_cache::counter c, std::size_t requested) const;
+  // The slot counter `c` (a large_* counter) for a block of `size` bytes.
+  [[nodiscard]] thread_cache::counter slot_counter(thread_cache::counter c,
+                                                   std::size_t size) const noexcept {
+    constexpr int to_small_pool = thread_cache::small_pool_out - thread_cache::large_out;
+    return size <= options_.small_size ? static_cast<thread_cache::counter>(c + to_small_pool) : c;
+  }
   // Parks a block freed on its own stream in the calling thread's empty
   // slot (bound to `native`); false if it does not qualify.
   bool park(const located& where, void* native);
@@ -217,8 +225,7 @@ class caching_allocator {
   static bool unlend(block_info& b);
   void adopt_cache(thread_cache& tc, void* native_stream);
   void flush_cache(thread_cache& tc);
-  static void fold_cache_counters(allocator_stats& s, const thread_cache& tc,
-                                  const size_classes& classes);
+  void fold_cache_counters(allocator_stats& s, const thread_cache& tc) const;
 
   // caching_allocator.cpp: the locked paths.
   status free_async_locked(void* ptr, void* native_stream);

@@ -26,7 +26,7 @@ result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
         tc.count(thread_cache::alloc_req, static_cast<std::int64_t>(bytes));
         return reinterpret_cast<void*>(e->addr);
       }
-    } else if (bytes > options_.small_size && bytes <= max_request) {
+    } else if (bytes > classes_.slab_limit() && bytes <= max_request) {
       // Fast path: the parked large block, if it has this rounded size.
       thread_cache::large_slot& ls = tc.slot();
       if (ls.load() == slot_state::parked && ls.size == size_classes::round(bytes)) {
@@ -75,11 +75,12 @@ status caching_allocator::free_async(void* ptr, void* stream) {
   return free_async_locked(ptr, stream);
 }
 
-void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter first,
-                                   std::size_t requested) {
-  // first is large_out or large_in; the bytes and requested counters follow
-  // two and four places later.
+void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter c,
+                                   std::size_t requested) const {
+  // first is the slot counter of the block's pool; the bytes and requested
+  // counters follow two and four places later.
   const auto size = static_cast<std::int64_t>(tc.slot().size);
+  const thread_cache::counter first = slot_counter(c, tc.slot().size);
   tc.count(first, 1);
   tc.count(static_cast<thread_cache::counter>(first + 2), size);
   tc.count(static_cast<thread_cache::counter>(first + 4), static_cast<std::int64_t>(requested));
@@ -90,8 +91,7 @@ bool caching_allocator::park(const located& where, void* native) {
   thread_cache& tc = thread_cache::current();
   block_info& b = where.block->second;
   // With a release threshold, freed memory should go back promptly: no parking.
-  if (b.requested <= options_.small_size || !tc.bound_to(serial_, native) ||
-      tc.slot().load() != slot_state::empty ||
+  if (!tc.bound_to(serial_, native) || tc.slot().load() != slot_state::empty ||
       options_.release_threshold != std::numeric_limits<std::uint64_t>::max()) {
     return false;
   }
@@ -150,7 +150,7 @@ void caching_allocator::release_cache(thread_cache& tc) {
 void caching_allocator::flush_cache(thread_cache& tc) {
   // Parked objects go back to their slabs; the counters fold into the shared
   // stats exactly as stats() nets them, so no reported value moves.
-  fold_cache_counters(stats_, tc, classes_);
+  fold_cache_counters(stats_, tc);
   tc.reset_counters();
   stream_arena& arena = *tc.arena();
   stream_state& st = *streams_.find(tc.stream())->second;
@@ -161,8 +161,8 @@ void caching_allocator::flush_cache(thread_cache& tc) {
   }
 }
 
-void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cache& tc,
-                                            const size_classes& classes) {
+void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cache& tc) const {
+  const size_classes& classes = classes_;
   std::int64_t allocs = 0;
   std::int64_t frees = 0;
   std::int64_t alloc_bytes = 0;
@@ -186,15 +186,22 @@ void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cac
   fold(s.allocated_bytes, alloc_bytes, free_bytes);
   fold(s.active_bytes, alloc_bytes, free_bytes);
   fold(s.requested_bytes, alloc_req, free_req);
-  const auto fold_large = [&](stat_array& a, thread_cache::counter out, thread_cache::counter in) {
-    for (auto p : {pool_all, pool_large})
-      a[p].fold(tc.read(out) - tc.read(in), tc.read(out), tc.read(in));
-  };
-  fold_large(s.allocation, thread_cache::large_out, thread_cache::large_in);
-  fold_large(s.active, thread_cache::large_out, thread_cache::large_in);
-  fold_large(s.allocated_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
-  fold_large(s.active_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
-  fold_large(s.requested_bytes, thread_cache::large_out_req, thread_cache::large_in_req);
+  // The slot's traffic, per stats pool: the large_* counters and, six places
+  // on, the small_pool_* ones.
+  for (const stat_pool pool : {pool_large, pool_small}) {
+    const int shift =
+        pool == pool_small ? thread_cache::small_pool_out - thread_cache::large_out : 0;
+    const auto fold_slot = [&](stat_array& a, thread_cache::counter out, thread_cache::counter in) {
+      const std::int64_t o = tc.read(static_cast<thread_cache::counter>(out + shift));
+      const std::int64_t i = tc.read(static_cast<thread_cache::counter>(in + shift));
+      for (auto p : {pool_all, pool}) a[p].fold(o - i, o, i);
+    };
+    fold_slot(s.allocation, thread_cache::large_out, thread_cache::large_in);
+    fold_slot(s.active, thread_cache::large_out, thread_cache::large_in);
+    fold_slot(s.allocated_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
+    fold_slot(s.active_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
+    fold_slot(s.requested_bytes, thread_cache::large_out_req, thread_cache::large_in_req);
+  }
 }
 
 }  // namespace strata

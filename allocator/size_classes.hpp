@@ -2,10 +2,10 @@
 //
 // Rounding rule (every block is 512-byte aligned):
 //   - a request of 1..512 bytes takes 512 bytes;
-//   - requests up to the slab limit (min(small_size, 1 MiB)) take the next
-//     size class: multiples of 512 up to 2 KiB, then four classes per power
-//     of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ..., 896 KiB, 1 MiB), so a
-//     class wastes at most 20% of its size;
+//   - requests up to the slab limit (min(small_size, 512 KiB)) take the
+//     next size class: multiples of 512 up to 2 KiB, then four classes per
+//     power of two (2.5, 3, 3.5, 4 KiB, 5, 6, 7, 8 KiB, ..., 448 KiB,
+//     512 KiB), so a class wastes at most 20% of its size;
 //   - every larger request is rounded up to a multiple of 512 bytes.
 // Size classes are packed into slabs made of whole slab units (64 KiB, or
 // the page if pages are smaller), so that several sparsely used classes
@@ -35,9 +35,11 @@ class size_classes {
     return page_bytes < (std::size_t{64} << 10) ? page_bytes : std::size_t{64} << 10;
   }
 
-  static constexpr std::size_t max_slab_limit = std::size_t{1} << 20;
+  /// Slabs stop at 512 KiB: 1 MiB objects two to a page left half-empty
+  /// pages after churn (bench/RESULTS.md); as blocks they pack tighter.
+  static constexpr std::size_t max_slab_limit = std::size_t{512} << 10;
 
-  /// Classes up to min(`slab_limit`, 1 MiB) bytes, in slabs of pages of
+  /// Classes up to min(`slab_limit`, 512 KiB) bytes, in slabs of pages of
   /// `page_bytes` (a power of two).
   size_classes(std::size_t slab_limit, std::size_t page_bytes);
 

@@ -63,11 +63,17 @@ class thread_cache {
     alloc_req,  // small: requested bytes allocated from / freed into the bins
     free_req,
     large_out,  // large slot: blocks, bytes and requested bytes out and in
-    large_in,
+    large_in,   // (counted in the large_pool stats)
     large_out_bytes,
     large_in_bytes,
     large_out_req,
     large_in_req,
+    small_pool_out,  // the same for slot blocks above the slab limit but
+    small_pool_in,   // within small_size (counted in the small_pool stats)
+    small_pool_out_bytes,
+    small_pool_in_bytes,
+    small_pool_out_req,
+    small_pool_in_req,
     counter_count
   };
 

@@ -28,7 +28,7 @@ struct allocator_options {
   /// are returned to the device. Default: keep everything.
   std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();
   /// Requests up to this many bytes are "small": served from size-class
-  /// slabs (up to 1 MiB) and counted in the small_pool stats.
+  /// slabs (up to 512 KiB) and counted in the small_pool stats.
   std::uint64_t small_size = 1ULL << 20;
   /// Fraction of the device's memory the allocator may hold, (0, 1].
   double memory_fraction = 1.0;

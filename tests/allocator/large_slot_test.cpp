@@ -52,6 +52,33 @@ TEST(LargeSlot, SameSizeReuseKeepsStatsExact) {
   EXPECT_EQ(m.at("allocation.all.freed"), 3);
 }
 
+// Blocks above the slab limit (512 KiB) but within small_size (1 MiB) live
+// in the large arena, use the slot, and count in the small_pool stats.
+TEST(LargeSlot, SlotBlocksWithinSmallSizeCountInTheSmallPool) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  auto p = a->malloc_async(768 << 10, nullptr);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(a->free_async(*p, nullptr).ok());          // parked
+  auto q = a->malloc_async((768 << 10) - 100, nullptr);  // lent, no lock
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, *p);
+  auto m = a->stats().to_map();
+  EXPECT_EQ(m.at("allocation.small_pool.current"), 1);
+  EXPECT_EQ(m.at("allocation.large_pool.current"), 0);
+  EXPECT_EQ(m.at("allocated_bytes.small_pool.current"), 768 << 10);
+  EXPECT_EQ(m.at("requested_bytes.small_pool.current"), (768 << 10) - 100);
+  EXPECT_EQ(m.at("allocation.small_pool.allocated"), 2);
+  ASSERT_TRUE(a->free_async(*q, nullptr).ok());
+  ASSERT_TRUE(a->empty_cache().ok());  // takes the parked block back exactly
+  m = a->stats().to_map();
+  EXPECT_EQ(m.at("allocation.all.current"), 0);
+  EXPECT_EQ(m.at("allocated_bytes.small_pool.current"), 0);
+  EXPECT_EQ(m.at("allocation.small_pool.freed"), 2);
+  EXPECT_EQ(m.at("allocated_bytes.large_pool.allocated"), 0);
+  EXPECT_EQ(m.at("reserved_bytes.all.current"), 0);
+}
+
 TEST(LargeSlot, DoubleFreeOfAParkedBlockIsCaught) {
   auto a = make_allocator("sim:capacity=256MiB");
   ASSERT_TRUE(a);
