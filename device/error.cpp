@@ -21,6 +21,8 @@ const char* errc_name(errc code) noexcept {
       return "device_error";
     case errc::injected_fault:
       return "injected_fault";
+    case errc::io_error:
+      return "io_error";
   }
   return "unknown_error";
 }

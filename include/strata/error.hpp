@@ -30,6 +30,7 @@ enum class errc : int {
   no_device = 5,         ///< A driver loaded but the requested device is absent.
   device_error = 6,      ///< A device call failed for another reason.
   injected_fault = 7,    ///< A failure injected by the sim device's configuration.
+  io_error = 8,          ///< A storage read or write failed, fell short or read back wrong data.
 };
 
 /// The name of a code, e.g. "out_of_memory". Never null.

@@ -34,7 +34,8 @@ typedef enum strata_status {
   STRATA_ERROR_NO_DRIVER = 4,
   STRATA_ERROR_NO_DEVICE = 5,
   STRATA_ERROR_DEVICE = 6,           /* a device call failed */
-  STRATA_ERROR_INJECTED_FAULT = 7    /* sim device fault injection */
+  STRATA_ERROR_INJECTED_FAULT = 7,   /* sim device fault injection */
+  STRATA_ERROR_IO = 8                /* a storage tier's read or write failed */
 } strata_status;
 
 typedef struct strata_allocator strata_allocator;

@@ -1,0 +1,173 @@
+// The NVMe store against fio: writes and reads N bytes (default 4 GiB)
+// through the store, and the same through fio with the same block size,
+// queue depth, io_uring and O_DIRECT on the same directory. A virtual disk
+// runs whichever comes second faster or slower, so the two alternate order
+// over R repetitions (default 3) and the medians are compared. The last
+// line is `nvme vs fio: read R, write W` (store / fio, medians).
+//
+//   nvme_bench [--dir D] [--bytes 4GiB] [--block-size 1MiB] [--queue-depth 32]
+//              [--repetitions 3]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nvme_store.hpp"
+#include "option_list.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// fio's bandwidth (bytes/s) for `rw` ("read" or "write"), from its JSON.
+double fio_bandwidth(const std::string& fio_args, const char* rw) {
+  const std::string cmd = "fio " + fio_args + " --rw=" + rw + " --output-format=json 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (pclose(p) != 0) {
+    std::fprintf(stderr, "nvme_bench: %s failed:\n%s\n", cmd.c_str(), out.c_str());
+    return -1;
+  }
+  const std::size_t section = out.find(std::string("\"") + rw + "\" : {");
+  const std::size_t key = out.find("\"bw_bytes\"", section);
+  if (section == std::string::npos || key == std::string::npos) return -1;
+  return std::strtod(out.c_str() + out.find(':', key) + 1, nullptr);
+}
+
+struct run {
+  double write = 0;  // bytes/s
+  double read = 0;
+};
+
+// Writes `count` extents of `extent` bytes through a fresh store, reads them
+// back, checks the bytes; the store's file goes away at the end.
+bool store_run(const strata::nvme_options& o, const unsigned char* src, unsigned char* dst,
+               std::size_t extent, std::size_t count, run& r) {
+  auto store = strata::nvme_store::open(o);
+  if (!store) {
+    std::fprintf(stderr, "nvme_bench: %s\n", store.error().to_string().c_str());
+    return false;
+  }
+  std::vector<std::uint64_t> ids;
+  auto t0 = clock_type::now();
+  for (std::size_t i = 0; i < count; ++i) {
+    auto id = (*store)->write(src, extent);
+    if (!id) {
+      std::fprintf(stderr, "nvme_bench: write: %s\n", id.error().to_string().c_str());
+      return false;
+    }
+    ids.push_back(*id);
+  }
+  r.write = static_cast<double>(count * extent) / seconds_since(t0);
+  t0 = clock_type::now();
+  for (const std::uint64_t id : ids) {
+    if (auto s = (*store)->read(id, dst, extent); !s) {
+      std::fprintf(stderr, "nvme_bench: read: %s\n", s.to_string().c_str());
+      return false;
+    }
+  }
+  r.read = static_cast<double>(count * extent) / seconds_since(t0);
+  if (std::memcmp(src, dst, extent) != 0) {
+    std::fprintf(stderr, "nvme_bench: the bytes read back differ\n");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::nvme_options o;
+  o.directory = ".";
+  std::uint64_t total = 4ULL << 30;
+  int repetitions = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const std::string value = argv[i + 1];
+    auto size = strata::parse_byte_size(key, value);
+    if (key == "--dir") {
+      o.directory = value;
+    } else if (key == "--bytes" && size) {
+      total = *size;
+    } else if (key == "--block-size" && size) {
+      o.block_size = *size;
+    } else if (key == "--queue-depth") {
+      o.queue_depth = static_cast<unsigned>(std::strtoul(value.c_str(), nullptr, 10));
+    } else if (key == "--repetitions") {
+      repetitions = std::max(1, std::atoi(value.c_str()));
+    } else {
+      std::fprintf(stderr, "nvme_bench: bad argument %s %s\n", key.c_str(), value.c_str());
+      return 2;
+    }
+  }
+  // Large extents: each write() and read() drains its pipeline at the end.
+  const std::size_t extent = std::min<std::uint64_t>(total, 1ULL << 30);
+  const std::size_t count = total / extent;
+  auto* src = static_cast<unsigned char*>(std::aligned_alloc(4096, extent));
+  auto* dst = static_cast<unsigned char*>(std::aligned_alloc(4096, extent));
+  std::mt19937_64 rng(7);
+  for (std::size_t i = 0; i < extent; i += 8) {
+    const std::uint64_t v = rng();
+    std::memcpy(src + i, &v, 8);
+  }
+  const std::string fio_args =
+      "--name=strata-nvme-bench --directory=" + o.directory +
+      " --size=" + std::to_string(count * extent) + " --bs=" + std::to_string(o.block_size) +
+      " --iodepth=" + std::to_string(o.queue_depth) + " --ioengine=io_uring --direct=1 --numjobs=1";
+  std::vector<double> sw;  // store write, store read, fio write, fio read
+  std::vector<double> sr;
+  std::vector<double> fw;
+  std::vector<double> fr;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    run store{};
+    run fio{};
+    for (int turn = 0; turn < 2; ++turn) {
+      if ((turn == 0) == (rep % 2 == 0)) {
+        if (!store_run(o, src, dst, extent, count, store)) return 1;
+      } else {
+        fio.write = fio_bandwidth(fio_args, "write");
+        fio.read = fio_bandwidth(fio_args + " --unlink=1", "read");
+        if (fio.write <= 0 || fio.read <= 0) {
+          std::fprintf(stderr, "nvme_bench: fio did not run (is it installed?)\n");
+          return 1;
+        }
+      }
+    }
+    sw.push_back(store.write);
+    sr.push_back(store.read);
+    fw.push_back(fio.write);
+    fr.push_back(fio.read);
+  }
+  std::free(src);
+  std::free(dst);
+  const double gib = 1024.0 * 1024 * 1024;
+  std::printf(
+      "%s, %.2f GiB each way, block %zu, queue depth %u, O_DIRECT, io_uring, "
+      "median of %d\n",
+      o.directory.c_str(), static_cast<double>(count * extent) / gib, o.block_size, o.queue_depth,
+      repetitions);
+  std::printf("%-8s %12s %12s %8s\n", "", "store GiB/s", "fio GiB/s", "ratio");
+  std::printf("%-8s %12.2f %12.2f %8.2f\n", "write", median(sw) / gib, median(fw) / gib,
+              median(sw) / median(fw));
+  std::printf("%-8s %12.2f %12.2f %8.2f\n", "read", median(sr) / gib, median(fr) / gib,
+              median(sr) / median(fr));
+  std::printf("nvme vs fio: read %.2f, write %.2f\n", median(sr) / median(fr),
+              median(sw) / median(fw));
+  return 0;
+}

@@ -1,0 +1,46 @@
+// The space of the NVMe store's file: ranges handed out in multiples of the
+// block alignment, first fit, freed ranges merged with their neighbours. The
+// file grows (logically) when no free range fits, up to `limit` bytes.
+//
+// Cost: O(log n) per call in the number of free ranges, plus the scan for a
+// fit (first fit over the free ranges in address order).
+//
+// Thread safety: none; the store serializes calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+
+namespace strata {
+
+class extent_space {
+ public:
+  /// `align` is the unit of every range (a power of two); `limit` the most
+  /// bytes the file may hold (0: no limit).
+  extent_space(std::size_t align, std::uint64_t limit) : align_(align), limit_(limit) {}
+
+  /// The offset of `bytes` (rounded up to the unit) of free space, or
+  /// nullopt when the limit is reached.
+  std::optional<std::uint64_t> take(std::uint64_t bytes);
+  /// Returns [offset, offset + bytes) (as `take` rounded it).
+  void give(std::uint64_t offset, std::uint64_t bytes);
+
+  [[nodiscard]] std::uint64_t rounded(std::uint64_t bytes) const noexcept {
+    return (bytes + align_ - 1) / align_ * align_;
+  }
+  /// Bytes handed out and not given back.
+  [[nodiscard]] std::uint64_t used() const noexcept { return used_; }
+  /// The end of the highest range ever handed out: the file's size.
+  [[nodiscard]] std::uint64_t end() const noexcept { return end_; }
+
+ private:
+  std::size_t align_;
+  std::uint64_t limit_;
+  std::uint64_t used_ = 0;
+  std::uint64_t end_ = 0;
+  std::map<std::uint64_t, std::uint64_t> free_;  // offset -> bytes, below end_
+};
+
+}  // namespace strata

@@ -1,0 +1,345 @@
+#include "nvme_store.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <system_error>
+
+#include "crc32c.hpp"
+
+namespace strata {
+
+namespace {
+
+constexpr char trailer_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'X', '1'};
+
+std::string why(int error) {
+  return std::system_category().message(error);
+}
+
+status invalid(std::string message) {
+  return {errc::invalid_argument, "nvme store: " + std::move(message)};
+}
+
+// The unnamed file: O_TMPFILE, else a created file unlinked at once.
+result<int> open_unnamed(const std::string& dir, bool& tmpfile) {
+  constexpr int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+  tmpfile = true;
+  int fd = ::open(dir.c_str(), O_TMPFILE | flags, 0600);
+  if (fd >= 0) return fd;
+  int error = errno;
+  if (error == ENOENT || error == ENOTDIR) return invalid("no directory " + dir);
+  if (error == EOPNOTSUPP || error == EISDIR) {
+    tmpfile = false;
+    std::string path = dir + "/strata-nvme-XXXXXX";
+    fd = mkostemp(path.data(), O_DIRECT | O_CLOEXEC);
+    if (fd >= 0) {
+      ::unlink(path.c_str());
+      return fd;
+    }
+    error = errno;
+  }
+  if (error == EINVAL) {
+    return invalid(dir + " does not support O_DIRECT (tmpfs?): use a directory on a disk");
+  }
+  return status{errc::io_error, "nvme store: cannot create a file in " + dir + ": " + why(error)};
+}
+
+// The file's direct-I/O alignment, else 4096.
+std::size_t direct_io_alignment(int fd) {
+  struct statx st {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &st) == 0 &&
+      (st.stx_mask & STATX_DIOALIGN) != 0 && st.stx_dio_offset_align != 0) {
+    return std::max<std::size_t>({st.stx_dio_offset_align, st.stx_dio_mem_align, 512});
+  }
+  return 4096;
+}
+
+}  // namespace
+
+result<std::unique_ptr<nvme_store>> nvme_store::open(const nvme_options& options,
+                                                     io_faults* faults) {
+  if (options.directory.empty()) return invalid("no directory given");
+  if (options.queue_depth == 0 || options.queue_depth > 4096) {
+    return invalid("queue depth " + std::to_string(options.queue_depth) + " is not 1 to 4096");
+  }
+  if (options.block_size == 0 || options.block_size > (std::size_t{1} << 30)) {
+    return invalid("block size " + std::to_string(options.block_size) + " is not 1 B to 1 GiB");
+  }
+  bool tmpfile = false;
+  auto fd = open_unnamed(options.directory, tmpfile);
+  if (!fd) return fd.error();
+  const std::size_t block = direct_io_alignment(*fd);
+  if (options.block_size % block != 0) {
+    ::close(*fd);
+    return invalid("block size " + std::to_string(options.block_size) +
+                   " is not a multiple of the direct-I/O block " + std::to_string(block) + " of " +
+                   options.directory);
+  }
+  std::unique_ptr<nvme_store> store(new nvme_store(options, *fd, tmpfile, block, faults));
+  if (int rc = io_uring_queue_init(options.queue_depth, &store->ring_, 0); rc < 0) {
+    return status{errc::io_error,
+                  "nvme store: io_uring_queue_init(" + std::to_string(options.queue_depth) +
+                      ") failed: " + why(-rc) + " (io_uring disabled in this environment?)"};
+  }
+  store->ring_ready_ = true;
+  return store;
+}
+
+nvme_store::nvme_store(const nvme_options& options, int fd, bool tmpfile, std::size_t block,
+                       io_faults* faults)
+    : options_(options),
+      fd_(fd),
+      tmpfile_(tmpfile),
+      block_(block),
+      faults_(faults),
+      space_(block, options.capacity) {}
+
+nvme_store::~nvme_store() {
+  if (ring_ready_) io_uring_queue_exit(&ring_);
+  std::free(bounce_);  // NOLINT(cppcoreguidelines-no-malloc): aligned_alloc'ed
+  ::close(fd_);
+}
+
+unsigned char* nvme_store::bounce(std::size_t slot) {
+  if (bounce_ == nullptr) {
+    // Needed only for unaligned callers and partial blocks: made on first use.
+    bounce_ = static_cast<unsigned char*>(
+        std::aligned_alloc(block_, options_.queue_depth * options_.block_size));  // NOLINT
+    if (bounce_ == nullptr) return nullptr;
+  }
+  return bounce_ + slot * options_.block_size;
+}
+
+status nvme_store::fail(io_kind kind, const request& r, int result) {
+  const std::string what = std::string(kind == io_kind::write ? "write" : "read") + " of " +
+                           std::to_string(r.length) + " bytes at offset " +
+                           std::to_string(r.offset) + " in " + options_.directory;
+  if (result == -ENOSPC) {
+    return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
+  }
+  if (result < 0) return {errc::io_error, "nvme store: " + what + " failed: " + why(-result)};
+  return {errc::io_error,
+          "nvme store: short " + what + ": " + std::to_string(result) + " bytes moved"};
+}
+
+status nvme_store::reserve_file(std::uint64_t end) {
+  if (end <= allocated_) return {};
+  std::uint64_t target = std::max<std::uint64_t>(end, allocated_ + (256ULL << 20));
+  if (options_.capacity != 0) target = std::min<std::uint64_t>(target, options_.capacity);
+  target = std::max(target, end);
+  if (::fallocate(fd_, 0, static_cast<off_t>(allocated_),
+                  static_cast<off_t>(target - allocated_)) != 0) {
+    const int error = errno;
+    if (error == EOPNOTSUPP) {
+      allocated_ = target;  // the writes will allocate
+      return {};
+    }
+    const std::string what = "allocating " + std::to_string(target - allocated_) +
+                             " bytes at offset " + std::to_string(allocated_) + " in " +
+                             options_.directory;
+    if (error == ENOSPC) {
+      return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
+    }
+    return {errc::io_error, "nvme store: " + what + " failed: " + why(error)};
+  }
+  allocated_ = target;
+  return {};
+}
+
+template <class Check, class Fill>
+status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* user,
+                            std::size_t bytes, Check check, unsigned char* trailer, Fill fill) {
+  const std::size_t span = space_.rounded(bytes);
+  const std::size_t bs = options_.block_size;
+  const std::size_t data_requests = (span + bs - 1) / bs;
+  const std::size_t n = data_requests + (trailer != nullptr ? 1 : 0);
+  std::vector<request> reqs(n);
+  std::vector<std::uint32_t> slot_of(n, 0);
+  std::vector<char> done(n, 0);
+  std::vector<std::uint32_t> free_slots(options_.queue_depth);
+  for (std::uint32_t s = 0; s < options_.queue_depth; ++s) free_slots[s] = s;
+  std::size_t next_submit = 0;
+  std::size_t next_check = 0;
+  std::size_t in_flight = 0;
+  status error;
+  while (in_flight > 0 || (error.ok() && next_submit < n)) {
+    unsigned queued = 0;
+    while (error.ok() && next_submit < n && in_flight < options_.queue_depth) {
+      const std::size_t i = next_submit;
+      request& r = reqs[i];
+      if (i == data_requests) {  // the trailer, after every data request
+        fill(trailer);
+        r = {offset + span, block_, 0, 0, trailer, false};
+      } else {
+        r.user = i * bs;
+        r.offset = offset + r.user;
+        r.length = std::min(bs, span - r.user);
+        r.useful = std::min(r.length, bytes - r.user);
+        const bool aligned =
+            reinterpret_cast<std::uintptr_t>(user + r.user) % block_ == 0 && r.useful == r.length;
+        r.bounced = !aligned;
+        r.buffer = user + r.user;
+      }
+      if (r.bounced) {
+        slot_of[i] = free_slots.back();
+        free_slots.pop_back();
+        r.buffer = bounce(slot_of[i]);
+        if (r.buffer == nullptr) {
+          error = {errc::out_of_memory, "nvme store: no host memory for bounce buffers"};
+          free_slots.push_back(slot_of[i]);
+          break;
+        }
+      }
+      if (kind == io_kind::write && i < data_requests) {
+        if (r.bounced) {
+          std::memcpy(r.buffer, user + r.user, r.useful);
+          std::memset(r.buffer + r.useful, 0, r.length - r.useful);
+        }
+        check(user + r.user, r.useful);  // in order, before the bytes leave
+      }
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (kind == io_kind::write) {
+        io_uring_prep_write(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
+      } else {
+        io_uring_prep_read(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
+      }
+      io_uring_sqe_set_data64(sqe, i);
+      ++next_submit;
+      ++in_flight;
+      ++queued;
+    }
+    if (queued > 0) {
+      if (int rc = io_uring_submit(&ring_); rc < 0 && error.ok()) {
+        error = {errc::io_error, "nvme store: io_uring_submit failed: " + why(-rc)};
+      }
+    }
+    io_uring_cqe* cqe = nullptr;
+    if (int rc = io_uring_wait_cqe(&ring_, &cqe); rc < 0) {
+      // The ring itself failed: nothing more can be reaped safely.
+      return {errc::io_error, "nvme store: io_uring_wait_cqe failed: " + why(-rc)};
+    }
+    const auto i = static_cast<std::size_t>(io_uring_cqe_get_data64(cqe));
+    int result = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    --in_flight;
+    request& r = reqs[i];
+    if (faults_ != nullptr) result = faults_->complete(kind, r.offset, r.buffer, r.length, result);
+    if (result != static_cast<int>(r.length)) {
+      if (error.ok()) error = fail(kind, r, result);
+    } else if (kind == io_kind::read) {
+      if (r.bounced) std::memcpy(user + r.user, r.buffer, r.useful);
+      done[i] = 1;
+      while (next_check < next_submit && done[next_check] != 0) {
+        check(user + reqs[next_check].user, reqs[next_check].useful);
+        ++next_check;
+      }
+    }
+    if (r.bounced) free_slots.push_back(slot_of[i]);
+  }
+  return error;
+}
+
+result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
+  if (src == nullptr || bytes == 0) return invalid("write of a null buffer or 0 bytes");
+  std::lock_guard lock(mu_);
+  const std::uint64_t data = space_.rounded(bytes);
+  const std::uint64_t span = data + block_;
+  const auto offset = space_.take(span);
+  if (!offset) {
+    ++stats_.failed;
+    return status{errc::out_of_memory, "nvme store: capacity " + std::to_string(options_.capacity) +
+                                           " bytes of " + options_.directory + " reached"};
+  }
+  if (auto grown = reserve_file(*offset + span); !grown) {
+    space_.give(*offset, span);
+    ++stats_.failed;
+    return grown;
+  }
+  std::uint32_t crc = 0;
+  auto* user = const_cast<unsigned char*>(static_cast<const unsigned char*>(src));  // only read
+  const std::uint64_t id = next_id_;
+  // The trailer says whose extent this is; it goes out with the data.
+  std::vector<unsigned char> trailer_storage(2 * block_, 0);
+  unsigned char* trailer =
+      trailer_storage.data() +
+      (block_ - reinterpret_cast<std::uintptr_t>(trailer_storage.data()) % block_) % block_;
+  const status st = transfer(
+      io_kind::write, *offset, user, bytes,
+      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, trailer,
+      [&](unsigned char* t) {
+        std::memcpy(t, trailer_magic, sizeof trailer_magic);
+        const std::uint64_t fields[2] = {id, bytes};
+        std::memcpy(t + 8, fields, sizeof fields);
+        std::memcpy(t + 24, &crc, sizeof crc);
+      });
+  if (!st) {
+    space_.give(*offset, span);
+    ++stats_.failed;
+    return st;
+  }
+  ++next_id_;
+  extents_.emplace(id, extent{*offset, bytes, span, crc});
+  ++stats_.extents;
+  stats_.stored_bytes += bytes;
+  stats_.bytes_written += bytes;
+  return id;
+}
+
+status nvme_store::read(std::uint64_t id, void* dst, std::size_t bytes) {
+  if (dst == nullptr) return invalid("read into a null buffer");
+  std::lock_guard lock(mu_);
+  auto it = extents_.find(id);
+  if (it == extents_.end()) return invalid("no extent " + std::to_string(id));
+  const extent& e = it->second;
+  if (bytes != e.bytes) {
+    return invalid("extent " + std::to_string(id) + " holds " + std::to_string(e.bytes) +
+                   " bytes, not " + std::to_string(bytes));
+  }
+  std::uint32_t crc = 0;
+  status st = transfer(
+      io_kind::read, e.offset, static_cast<unsigned char*>(dst), bytes,
+      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, nullptr,
+      [](unsigned char*) {});
+  if (st && crc != e.crc) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "extent %llu (%zu bytes at offset %llu) failed its checksum: stored crc32c "
+                  "0x%08x, read 0x%08x",
+                  static_cast<unsigned long long>(id), e.bytes,
+                  static_cast<unsigned long long>(e.offset), e.crc, crc);
+    st = {errc::io_error, "nvme store in " + options_.directory + ": " + text};
+  }
+  if (!st) {
+    ++stats_.failed;
+    return st;
+  }
+  stats_.bytes_read += bytes;
+  return {};
+}
+
+status nvme_store::erase(std::uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = extents_.find(id);
+  if (it == extents_.end()) return invalid("no extent " + std::to_string(id));
+  space_.give(it->second.offset, it->second.span);
+  --stats_.extents;
+  stats_.stored_bytes -= it->second.bytes;
+  extents_.erase(it);
+  return {};
+}
+
+nvme_store::counters nvme_store::stats() {
+  std::lock_guard lock(mu_);
+  counters c = stats_;
+  c.file_bytes = space_.end();
+  return c;
+}
+
+}  // namespace strata

@@ -1,0 +1,156 @@
+// The NVMe tier: buffers kept in one unnamed file in a configured directory,
+// written and read with O_DIRECT through io_uring (liburing), several
+// requests in flight, completions reaped by the calling thread (no thread
+// per request). Every extent carries a CRC-32C of its bytes, written with
+// the data (a trailer block after it) and checked on every read: a mismatch
+// is an io_error naming the extent, never silent corruption.
+//
+// Layout: an extent is its bytes rounded up to the logical block size (the
+// direct-I/O alignment the file system reports, else 4096), then one
+// trailer block {"STRATAX1", extent id, bytes, crc32c}. File space comes
+// from an extent_space (first fit, merged on erase). The file is opened
+// O_TMPFILE (mode 0600), or created and unlinked at once where the file
+// system refuses O_TMPFILE, so nothing is left behind, even after a crash.
+//
+// Failures: EIO and short transfers are io_error, ENOSPC and the configured
+// capacity are out_of_memory; each message names the directory, the
+// request's offset and length. A failed write frees its extent and leaves
+// the caller's bytes where they were; a failed read leaves the extent
+// stored.
+//
+// Thread safety: every member may be called concurrently; operations run
+// one at a time (one ring, one mutex).
+#pragma once
+
+#include <liburing.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "extent_space.hpp"
+#include "strata/error.hpp"
+
+namespace strata {
+
+struct nvme_options {
+  std::string directory;                ///< where the unnamed file lives
+  std::size_t block_size = 1ULL << 20;  ///< bytes per request; a multiple of the logical block
+  unsigned queue_depth = 32;            ///< requests in flight, 1 to 4096
+  std::uint64_t capacity = 0;           ///< most bytes in the file; 0: until the disk is full
+};
+
+enum class io_kind : std::uint8_t { read, write };
+
+/// Sees every completed request before the store does. Tests use it to
+/// inject EIO, ENOSPC, short transfers and corrupted reads.
+class io_faults {
+ public:
+  io_faults() = default;
+  io_faults(const io_faults&) = delete;
+  io_faults& operator=(const io_faults&) = delete;
+  io_faults(io_faults&&) = delete;
+  io_faults& operator=(io_faults&&) = delete;
+  virtual ~io_faults() = default;
+  /// Returns the result the store sees: `result` as the kernel gave it
+  /// (bytes moved, or -errno) or another; may change a read's bytes in
+  /// [buffer, buffer + length). Called from the thread running the store's
+  /// operation.
+  virtual int complete(io_kind kind, std::uint64_t offset, void* buffer, std::size_t length,
+                       int result) = 0;
+};
+
+class nvme_store {
+ public:
+  /// Opens the unnamed file in `options.directory` and the ring. Errors:
+  /// invalid_argument (bad options, no such directory, no O_DIRECT there,
+  /// e.g. tmpfs), io_error (the ring or the file could not be set up).
+  /// `faults`, if given, must outlive the store.
+  static result<std::unique_ptr<nvme_store>> open(const nvme_options& options,
+                                                  io_faults* faults = nullptr);
+  nvme_store(const nvme_store&) = delete;
+  nvme_store& operator=(const nvme_store&) = delete;
+  nvme_store(nvme_store&&) = delete;
+  nvme_store& operator=(nvme_store&&) = delete;
+  ~nvme_store();
+
+  /// Stores `bytes` (> 0) bytes from `src` (any alignment; block-aligned
+  /// memory is written without a copy) and returns the extent's id once
+  /// they are on the file with their checksum. Errors: see the header.
+  result<std::uint64_t> write(const void* src, std::size_t bytes);
+  /// Reads extent `id` into `dst` (`bytes` must be its size) and checks its
+  /// checksum. Errors: invalid_argument (unknown id, wrong size), io_error.
+  status read(std::uint64_t id, void* dst, std::size_t bytes);
+  /// Frees extent `id`. Errors: invalid_argument for an unknown id.
+  status erase(std::uint64_t id);
+
+  struct counters {
+    std::uint64_t extents = 0;        ///< stored now
+    std::uint64_t stored_bytes = 0;   ///< their bytes
+    std::uint64_t file_bytes = 0;     ///< the file's size
+    std::uint64_t bytes_written = 0;  ///< through write(), ever
+    std::uint64_t bytes_read = 0;     ///< through read(), ever
+    std::uint64_t failed = 0;         ///< write() and read() calls that failed
+  };
+  [[nodiscard]] counters stats();
+  /// The direct-I/O alignment of the file (bytes).
+  [[nodiscard]] std::size_t logical_block() const noexcept { return block_; }
+  /// False when the file system refused O_TMPFILE (create-and-unlink used).
+  [[nodiscard]] bool unnamed_from_the_start() const noexcept { return tmpfile_; }
+
+ private:
+  struct extent {
+    std::uint64_t offset;
+    std::size_t bytes;
+    std::uint64_t span;  // data rounded up + the trailer block
+    std::uint32_t crc;
+  };
+  // One request of a transfer.
+  struct request {
+    std::uint64_t offset;  // in the file
+    std::size_t length;    // bytes moved (a block multiple)
+    std::size_t user;      // where it starts in the caller's buffer
+    std::size_t useful;    // bytes of it that belong to the caller
+    unsigned char* buffer;
+    bool bounced;
+  };
+
+  nvme_store(const nvme_options& options, int fd, bool tmpfile, std::size_t block,
+             io_faults* faults);
+  // Moves [offset, offset + span) of the file to or from `user` in requests
+  // of block_size, queue_depth at a time. `check` is called in order on
+  // each request's useful bytes once they are in `user` (reads) or before
+  // they are submitted (writes). Needs mu_.
+  // A write may end with `trailer` (one logical block), filled by `fill`
+  // once every data request is submitted, and written in the same pipeline.
+  template <class Check, class Fill>
+  status transfer(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
+                  Check check, unsigned char* trailer, Fill fill);
+  status fail(io_kind kind, const request& r, int result);
+  // Allocates file blocks up to `end` ahead of the writes (as fio does), so
+  // writes do not wait for the file system to allocate; grows in steps of
+  // at least 256 MiB. ENOSPC here is out_of_memory, before any data moves.
+  status reserve_file(std::uint64_t end);
+  unsigned char* bounce(std::size_t slot);
+
+  nvme_options options_;
+  int fd_;
+  bool tmpfile_;
+  std::size_t block_;
+  io_faults* faults_;
+  std::mutex mu_;
+  io_uring ring_{};
+  bool ring_ready_ = false;
+  extent_space space_;
+  std::uint64_t allocated_ = 0;  // file bytes fallocate'd
+  std::unordered_map<std::uint64_t, extent> extents_;
+  std::uint64_t next_id_ = 1;
+  counters stats_;
+  unsigned char* bounce_ = nullptr;  // queue_depth aligned buffers of block_size
+};
+
+}  // namespace strata
