@@ -175,8 +175,9 @@ TEST(NvmeStore, FailedWritesLoseNothingAndSayWhy) {
     one_fault fault(io_kind::write, 2, f.result);
     OPEN_OR_SKIP(store, opts(64 << 10, 2), &fault);
     const auto data = pattern(1 << 20, 5);
-    const std::vector<unsigned char> copy(data.begin(), data.end());  // NOLINT(performance-unnecessary-copy-initialization):
-                                                                      // compared after the failure
+    const std::vector<unsigned char> copy(
+        data.begin(), data.end());  // NOLINT(performance-unnecessary-copy-initialization):
+                                    // compared after the failure
     auto id = store->write(data.data(), data.size());
     ASSERT_FALSE(id.ok());
     EXPECT_EQ(id.code(), f.code);
