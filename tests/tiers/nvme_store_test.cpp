@@ -75,7 +75,8 @@ TEST(NvmeStore, RoundTripsAtEveryAlignmentAndSize) {
   for (const std::size_t n : sizes) {
     for (const std::size_t misalign : {std::size_t{0}, std::size_t{3}}) {
       SCOPED_TRACE("size " + std::to_string(n) + ", offset " + std::to_string(misalign));
-      auto* raw = static_cast<unsigned char*>(std::aligned_alloc(block, n + block + misalign));
+      auto* raw = static_cast<unsigned char*>(
+          std::aligned_alloc(block, (n + misalign + 2 * block - 1) / block * block));
       const auto data = pattern(n, ++seed);
       std::memcpy(raw + misalign, data.data(), n);
       auto id = store->write(raw + misalign, n);
