@@ -44,8 +44,9 @@ TEST(PinnedHostPool, ServesPinnedChunksAndLeavesTheProgramsMallocAlone) {
   auto dev = sim();
   auto pool = make_pool(*dev, {.chunk_bytes = 8 << 20, .capacity = 0});
   ASSERT_TRUE(pool);
-  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
-  EXPECT_EQ(dlsym(RTLD_DEFAULT, "malloc"), dlsym(libc, "malloc"))
+  void* jemalloc = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  ASSERT_NE(jemalloc, nullptr) << "the pool should have loaded jemalloc";
+  EXPECT_NE(dlsym(RTLD_DEFAULT, "malloc"), dlsym(jemalloc, "malloc"))
       << "jemalloc's malloc became the program's";
   std::vector<void*> held;
   for (std::size_t n : {1u, 100u, 4096u, 100000u, 3u << 20}) {
