@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver_streams.h"
+
 #define THREADS 4
 #define ITERATIONS 200
 
@@ -79,25 +81,9 @@ static void make_streams(int on_driver) {
     }
     return;
   }
-  /* The real runtime cannot start over the stand-in driver, so the streams
-   * come from the driver (a cudaStream_t is a CUstream). */
-  driver = dlopen("libcuda.so.1", RTLD_NOW);
-  if (driver == NULL) fail("dlopen libcuda.so.1", 0);
-  CUresult (*init)(unsigned) = (CUresult(*)(unsigned))dlsym(driver, "cuInit");
-  CUresult (*retain)(CUcontext*, CUdevice) =
-      (CUresult(*)(CUcontext*, CUdevice))dlsym(driver, "cuDevicePrimaryCtxRetain");
-  CUresult (*set)(CUcontext) = (CUresult(*)(CUcontext))dlsym(driver, "cuCtxSetCurrent");
-  CUresult (*create)(CUstream*, unsigned) =
-      (CUresult(*)(CUstream*, unsigned))dlsym(driver, "cuStreamCreate");
-  CUcontext ctx = NULL;
-  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set(ctx) != CUDA_SUCCESS) {
-    fail("driver context", 0);
-  }
-  for (int i = 0; i < 2; ++i) {
-    if (create((CUstream*)&streams[i], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-      fail("cuStreamCreate", i);
-    }
-  }
+  const char* what = NULL;
+  driver = driver_streams((CUstream*)streams, 2, &what);
+  if (driver == NULL) fail(what, 0);
 }
 
 /* The driver's allocation calls as a program finds them: through the

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "driver_streams.h"
+
 typedef struct CUstream_st* stream_t;
 
 static void* (*t_malloc)(ssize_t, int, stream_t);
@@ -66,21 +68,8 @@ static void make_streams(int on_driver) {
     streams[2] = (stream_t)malloc(64);
     return;
   }
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW);
-  if (driver == NULL) fail("dlopen libcuda.so.1", 0);
-  CUresult (*init)(unsigned) = (CUresult(*)(unsigned))need(driver, "cuInit");
-  CUresult (*retain)(CUcontext*, CUdevice) =
-      (CUresult(*)(CUcontext*, CUdevice))need(driver, "cuDevicePrimaryCtxRetain");
-  CUresult (*set)(CUcontext) = (CUresult(*)(CUcontext))need(driver, "cuCtxSetCurrent");
-  CUresult (*create)(CUstream*, unsigned) =
-      (CUresult(*)(CUstream*, unsigned))need(driver, "cuStreamCreate");
-  CUcontext ctx = NULL;
-  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set(ctx) != CUDA_SUCCESS) {
-    fail("driver context", 0);
-  }
-  for (int i = 1; i < 3; ++i) {
-    if (create(&streams[i], CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) fail("cuStreamCreate", i);
-  }
+  const char* what = NULL;
+  if (driver_streams(&streams[1], 2, &what) == NULL) fail(what, 0);
 }
 
 struct block {
