@@ -1,0 +1,290 @@
+#include "residency_manager.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace strata {
+
+namespace {
+
+status unknown(std::uint64_t handle) {
+  return {errc::invalid_argument,
+          "residency manager: no buffer with handle " + std::to_string(handle)};
+}
+
+}  // namespace
+
+result<std::unique_ptr<residency_manager>> residency_manager::create(
+    caching_allocator& device, const residency_options& options, io_faults* nvme_faults) {
+  auto host = pinned_host_pool::create(device.dev(), options.host);
+  if (!host) return host.error();
+  std::unique_ptr<nvme_store> nvme;
+  if (!options.nvme.directory.empty()) {
+    auto store = nvme_store::open(options.nvme, nvme_faults);
+    if (!store) return store.error();
+    nvme = std::move(*store);
+  }
+  auto stream = device.dev().create_stream();
+  if (!stream) return stream.error();
+  std::unique_ptr<residency_manager> m(
+      new residency_manager(device, std::move(*host), std::move(nvme), *stream));
+  auto event = device.dev().create_event();
+  if (!event) return event.error();
+  m->copy_done_ = *event;
+  m->handler_ =
+      device.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
+  return m;
+}
+
+residency_manager::residency_manager(caching_allocator& device,
+                                     std::unique_ptr<pinned_host_pool> host,
+                                     std::unique_ptr<nvme_store> nvme, stream_handle copy_stream)
+    : dev_(device), host_(std::move(host)), nvme_(std::move(nvme)), copy_stream_(copy_stream) {}
+
+residency_manager::~residency_manager() {
+  if (handler_ != 0) (void)dev_.remove_pressure_handler(handler_);
+  std::lock_guard lock(mu_);
+  for (auto& [handle, b] : buffers_) drop(b);
+  device& d = dev_.dev();
+  if (copy_done_.native != nullptr) (void)d.destroy_event(copy_done_);
+  (void)d.synchronize_stream(copy_stream_);
+  (void)d.destroy_stream(copy_stream_);
+}
+
+void residency_manager::drop(buffer& b) {
+  if (b.device != nullptr) (void)dev_.free(b.device);
+  if (b.host != nullptr) host_->free(b.host);
+  if (b.where == tier::nvme) (void)nvme_->erase(b.extent);
+  if (b.has_release_event) (void)dev_.dev().destroy_event(b.released);
+  const auto n = static_cast<std::uint64_t>(b.bytes);
+  if (b.where == tier::device) stats_.device_bytes -= n;
+  if (b.where == tier::host) stats_.host_bytes -= n;
+  if (b.where == tier::nvme) stats_.nvme_bytes -= n;
+  b.device = nullptr;
+  b.host = nullptr;
+  b.where = tier::none;
+  b.has_release_event = false;
+}
+
+result<std::uint64_t> residency_manager::register_buffer(std::size_t bytes, buffer_kind kind,
+                                                         residency_policy policy) {
+  if (bytes == 0) return status{errc::invalid_argument, "residency manager: a buffer of 0 bytes"};
+  std::lock_guard lock(mu_);
+  const std::uint64_t h = next_handle_++;
+  buffers_.emplace(h, buffer{bytes, kind, policy});
+  return h;
+}
+
+status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
+                               copy_direction direction, const event_handle* after) {
+  device& d = dev_.dev();
+  if (after != nullptr) {
+    if (auto s = d.stream_wait_event(copy_stream_, *after); !s) return s;
+  }
+  if (auto s = d.copy_async(dst, src, bytes, direction, copy_stream_); !s) return s;
+  if (auto s = d.record_event(copy_done_, copy_stream_); !s) return s;
+  return d.synchronize_event(copy_done_);
+}
+
+residency_manager::buffer* residency_manager::victim(tier from) {
+  buffer* best = nullptr;
+  std::uint64_t best_key = 0;
+  for (auto& [handle, b] : buffers_) {
+    if (b.where != from || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
+    // Least recently released first, or the oracle's farthest next use.
+    const std::uint64_t key = oracle_ ? oracle_(handle) : ~b.released_at;
+    if (best == nullptr || key > best_key) {
+      best = &b;
+      best_key = key;
+    }
+  }
+  return best;
+}
+
+status residency_manager::spill_to_nvme(buffer& b) {
+  if (nvme_ == nullptr) {
+    return {errc::out_of_memory, "residency manager: host tier full and no NVMe tier"};
+  }
+  auto extent = nvme_->write(b.host, b.bytes);  // returns once written with its checksum
+  if (!extent) return extent.error();
+  host_->free(b.host);
+  b.host = nullptr;
+  b.extent = *extent;
+  b.where = tier::nvme;
+  stats_.host_bytes -= b.bytes;
+  stats_.nvme_bytes += b.bytes;
+  ++stats_.spills_to_nvme;
+  stats_.bytes_moved += b.bytes;
+  return {};
+}
+
+result<void*> residency_manager::host_memory(std::size_t bytes) {
+  for (;;) {
+    auto p = host_->allocate(bytes);
+    if (p || p.code() != errc::out_of_memory) return p;
+    buffer* v = victim(tier::host);
+    if (v == nullptr) return p.error();
+    if (auto s = spill_to_nvme(*v); !s) return s;
+  }
+}
+
+status residency_manager::spill_to_host(buffer& b) {
+  auto host = host_memory(b.bytes);
+  if (!host) return host.error();
+  // After the work the releasing stream had queued on it.
+  if (auto s = copy(*host, b.device, b.bytes, copy_direction::device_to_host,
+                    b.has_release_event ? &b.released : nullptr);
+      !s) {
+    host_->free(*host);
+    return s;
+  }
+  (void)dev_.free(b.device);
+  b.device = nullptr;
+  b.host = *host;
+  b.where = tier::host;
+  stats_.device_bytes -= b.bytes;
+  stats_.host_bytes += b.bytes;
+  ++stats_.spills_to_host;
+  stats_.bytes_moved += b.bytes;
+  return {};
+}
+
+std::size_t residency_manager::spill(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  std::size_t freed = 0;
+  while (freed < bytes) {
+    buffer* v = victim(tier::device);
+    if (v == nullptr || !spill_to_host(*v)) break;
+    freed += v->bytes;
+  }
+  return freed;
+}
+
+result<void*> residency_manager::device_memory(std::size_t bytes) {
+  for (;;) {
+    // The allocator's pressure handler already spilled enough bytes; but
+    // freed blocks may share pages with live ones, so spill on until the
+    // request fits or nothing evictable is left.
+    auto p = dev_.malloc(bytes);
+    if (p || p.code() != errc::out_of_memory) return p;
+    buffer* v = victim(tier::device);
+    if (v == nullptr) return p.error();
+    if (auto s = spill_to_host(*v); !s) return s;
+  }
+}
+
+status residency_manager::fill(buffer& b) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (b.where == tier::nvme) {
+    auto host = host_memory(b.bytes);
+    if (!host) return host.error();
+    if (auto s = nvme_->read(b.extent, *host, b.bytes); !s) {  // checksum checked
+      host_->free(*host);
+      return s;
+    }
+    (void)nvme_->erase(b.extent);
+    b.host = *host;
+    b.where = tier::host;
+    stats_.nvme_bytes -= b.bytes;
+    stats_.host_bytes += b.bytes;
+    ++stats_.fills_from_nvme;
+    stats_.bytes_moved += b.bytes;
+  }
+  auto dev = device_memory(b.bytes);
+  if (!dev) return dev.error();
+  if (auto s = copy(*dev, b.host, b.bytes, copy_direction::host_to_device, nullptr); !s) {
+    (void)dev_.free(*dev);
+    return s;
+  }
+  host_->free(b.host);
+  b.host = nullptr;
+  b.device = *dev;
+  b.where = tier::device;
+  stats_.host_bytes -= b.bytes;
+  stats_.device_bytes += b.bytes;
+  ++stats_.fills_from_host;
+  stats_.bytes_moved += b.bytes;
+  stats_.fill_wait_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  return {};
+}
+
+result<void*> residency_manager::acquire(std::uint64_t handle, void* /*stream*/) {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) return unknown(handle);
+  buffer& b = it->second;
+  ++b.acquired;  // not a victim while it comes in
+  if (b.where == tier::none) {
+    auto dev = device_memory(b.bytes);
+    if (!dev) {
+      --b.acquired;
+      return dev.error();
+    }
+    b.device = *dev;
+    b.where = tier::device;
+    stats_.device_bytes += b.bytes;
+  } else if (b.where != tier::device) {
+    // The fill was waited for: its bytes are on the device for any stream.
+    if (auto s = fill(b); !s) {
+      --b.acquired;
+      return s;
+    }
+  }
+  return b.device;
+}
+
+status residency_manager::release(std::uint64_t handle, void* stream) {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) return unknown(handle);
+  buffer& b = it->second;
+  if (b.acquired == 0) {
+    return {errc::invalid_argument,
+            "residency manager: buffer " + std::to_string(handle) + " is not acquired"};
+  }
+  device& d = dev_.dev();
+  if (!b.has_release_event) {
+    auto e = d.create_event();
+    if (!e) return e.error();
+    b.released = *e;
+    b.has_release_event = true;
+  }
+  if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
+  --b.acquired;
+  b.released_at = ++tick_;
+  return {};
+}
+
+status residency_manager::unregister(std::uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) return unknown(handle);
+  if (it->second.acquired > 0) {
+    return {errc::invalid_argument,
+            "residency manager: buffer " + std::to_string(handle) + " is still acquired"};
+  }
+  drop(it->second);
+  buffers_.erase(it);
+  return {};
+}
+
+tier residency_manager::where(std::uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(handle);
+  return it == buffers_.end() ? tier::none : it->second.where;
+}
+
+void residency_manager::set_eviction_oracle(
+    std::function<std::uint64_t(std::uint64_t handle)> next_use) {
+  std::lock_guard lock(mu_);
+  oracle_ = std::move(next_use);
+}
+
+residency_manager::counters residency_manager::stats() {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace strata

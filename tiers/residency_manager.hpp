@@ -1,0 +1,155 @@
+// The residency manager: managed buffers that live on the device when in
+// use and move to pinned host memory, then to NVMe, when memory is needed.
+//
+//   register_buffer(bytes, kind, policy) -> handle (no storage yet)
+//   acquire(handle, stream) -> a device pointer valid on `stream`, filled
+//       back from host or NVMe if the buffer was spilled (first acquire:
+//       fresh device memory, contents undefined)
+//   release(handle, stream) -> evictable once `stream` has done the work
+//       queued before the release
+//   unregister(handle)
+//
+// Spills go device -> host -> NVMe, fills the other way, bytes exact. A
+// buffer leaves a tier only after its copy in the next one is complete: the
+// device-to-host copy is synchronized before the device block is freed, the
+// NVMe write has returned (checksum written with it) before the host copy is
+// freed, and an NVMe read is checked against its checksum before use. Any
+// failure on the way leaves the buffer where it was.
+//
+// Eviction picks among released, evictable buffers (policy `evictable`) the
+// least recently released, or the one the oracle (set_eviction_oracle) says
+// is needed last. The manager registers a pressure handler with the
+// allocator, so an allocation that would fail anywhere spills released
+// buffers first.
+//
+// Device memory comes from the caching allocator (device-wide malloc/free),
+// copies run on the manager's own stream and are waited for (a fill returns
+// when its bytes are on the device; the wait is counted in the stats).
+//
+// Thread safety: every member may be called concurrently; one recursive
+// mutex serializes them (the pressure handler may re-enter from an
+// allocation the manager itself makes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "caching_allocator.hpp"
+#include "nvme_store.hpp"
+#include "pinned_host_pool.hpp"
+
+namespace strata {
+
+enum class buffer_kind : std::uint8_t { parameter, gradient, optimizer_state, other };
+enum class residency_policy : std::uint8_t {
+  evictable,        ///< may be spilled while released
+  pinned_on_device  ///< never spilled
+};
+enum class tier : std::uint8_t { none, device, host, nvme };
+
+struct residency_options {
+  pinned_pool_options host;
+  nvme_options nvme;  ///< an empty directory: no NVMe tier
+};
+
+class residency_manager {
+ public:
+  /// A manager over `device` (which must outlive it). Errors: those of the
+  /// host pool (not_supported when jemalloc cannot load) and the NVMe store.
+  static result<std::unique_ptr<residency_manager>> create(caching_allocator& device,
+                                                           const residency_options& options,
+                                                           io_faults* nvme_faults = nullptr);
+  residency_manager(const residency_manager&) = delete;
+  residency_manager& operator=(const residency_manager&) = delete;
+  residency_manager(residency_manager&&) = delete;
+  residency_manager& operator=(residency_manager&&) = delete;
+  /// Unregisters the pressure handler and frees every buffer.
+  ~residency_manager();
+
+  /// A new buffer of `bytes` (> 0); no storage until the first acquire.
+  result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
+                                        residency_policy policy);
+  /// The buffer on the device (see above). Errors: invalid_argument (unknown
+  /// handle), out_of_memory (nothing left to spill), io_error and device
+  /// errors from a fill (the buffer stays where it was).
+  result<void*> acquire(std::uint64_t handle, void* stream);
+  /// Ends one acquire; the buffer is evictable once no acquire is left and
+  /// `stream`'s work up to now is done. Errors: invalid_argument (unknown
+  /// handle, not acquired), device errors.
+  status release(std::uint64_t handle, void* stream);
+  /// Frees the buffer wherever it is. Errors: invalid_argument (unknown, or
+  /// still acquired).
+  status unregister(std::uint64_t handle);
+  /// Where the buffer is now.
+  [[nodiscard]] tier where(std::uint64_t handle);
+
+  /// `next_use(handle)` = how far ahead the buffer is needed (larger: spill
+  /// first); null restores least-recently-released.
+  void set_eviction_oracle(std::function<std::uint64_t(std::uint64_t handle)> next_use);
+  /// Spills released buffers off the device until `bytes` are freed (or
+  /// none is left); returns the bytes freed. The pressure handler.
+  std::size_t spill(std::size_t bytes);
+
+  struct counters {
+    std::uint64_t device_bytes = 0;
+    std::uint64_t host_bytes = 0;
+    std::uint64_t nvme_bytes = 0;
+    std::uint64_t spills_to_host = 0;
+    std::uint64_t spills_to_nvme = 0;
+    std::uint64_t fills_from_host = 0;
+    std::uint64_t fills_from_nvme = 0;
+    std::uint64_t bytes_moved = 0;
+    std::uint64_t fill_wait_ns = 0;
+  };
+  [[nodiscard]] counters stats();
+
+ private:
+  struct buffer {
+    std::size_t bytes;
+    buffer_kind kind;
+    residency_policy policy;
+    tier where = tier::none;
+    void* device = nullptr;
+    void* host = nullptr;
+    std::uint64_t extent = 0;
+    unsigned acquired = 0;
+    std::uint64_t released_at = 0;  // tick of the last release
+    event_handle released{};        // recorded on the releasing stream
+    bool has_release_event = false;
+  };
+
+  residency_manager(caching_allocator& device, std::unique_ptr<pinned_host_pool> host,
+                    std::unique_ptr<nvme_store> nvme, stream_handle copy_stream);
+  // A released device (or host) buffer to move down, or null.
+  buffer* victim(tier from);
+  status spill_to_host(buffer& b);
+  status spill_to_nvme(buffer& b);
+  // Host memory for `bytes`, spilling host buffers to NVMe if needed.
+  result<void*> host_memory(std::size_t bytes);
+  status fill(buffer& b);
+  // Device memory for `bytes`, spilling released buffers while it is short.
+  result<void*> device_memory(std::size_t bytes);
+  // Copies on the manager's stream and waits for the copy.
+  status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
+              const event_handle* after);
+  void drop(buffer& b);
+
+  caching_allocator& dev_;
+  std::unique_ptr<pinned_host_pool> host_;
+  std::unique_ptr<nvme_store> nvme_;
+  stream_handle copy_stream_;
+  event_handle copy_done_{};
+  std::recursive_mutex mu_;
+  std::unordered_map<std::uint64_t, buffer> buffers_;
+  std::uint64_t next_handle_ = 1;
+  std::uint64_t tick_ = 0;
+  std::function<std::uint64_t(std::uint64_t)> oracle_;
+  counters stats_;
+  std::uint64_t handler_ = 0;
+};
+
+}  // namespace strata
