@@ -51,11 +51,37 @@ residency_manager::~residency_manager() {
   (void)d.destroy_stream(copy_stream_);
 }
 
+bool residency_manager::retire(buffer& b, bool wait) {
+  if (b.staging == nullptr) return true;
+  device& d = dev_.dev();
+  if (wait) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)d.synchronize_event(b.filled);  // a failure here still ends the copy
+    stats_.fill_wait_ns += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  } else if (auto done = d.query_event(b.filled); done && !*done) {
+    return false;
+  }
+  host_->free(b.staging);
+  b.staging = nullptr;
+  stats_.staging_bytes -= b.bytes;
+  return true;
+}
+
+void residency_manager::retire_finished() {
+  if (stats_.staging_bytes == 0) return;
+  for (auto& [handle, b] : buffers_) (void)retire(b, false);
+}
+
 void residency_manager::drop(buffer& b) {
+  (void)retire(b, true);
   if (b.device != nullptr) (void)dev_.free(b.device);
   if (b.host != nullptr) host_->free(b.host);
   if (b.where == tier::nvme) (void)nvme_->erase(b.extent);
   if (b.has_release_event) (void)dev_.dev().destroy_event(b.released);
+  if (b.has_fill_event) (void)dev_.dev().destroy_event(b.filled);
+  b.has_fill_event = false;
   const auto n = static_cast<std::uint64_t>(b.bytes);
   if (b.where == tier::device) stats_.device_bytes -= n;
   if (b.where == tier::host) stats_.host_bytes -= n;
@@ -119,9 +145,15 @@ status residency_manager::spill_to_nvme(buffer& b) {
 }
 
 result<void*> residency_manager::host_memory(std::size_t bytes) {
-  for (;;) {
+  for (bool retired = false;;) {
     auto p = host_->allocate(bytes);
     if (p || p.code() != errc::out_of_memory) return p;
+    if (!retired && stats_.staging_bytes > 0) {
+      // Fills in flight hold host memory: wait for them before spilling.
+      for (auto& [handle, b] : buffers_) (void)retire(b, true);
+      retired = true;
+      continue;
+    }
     buffer* v = victim(tier::host);
     if (v == nullptr) return p.error();
     if (auto s = spill_to_nvme(*v); !s) return s;
@@ -129,6 +161,7 @@ result<void*> residency_manager::host_memory(std::size_t bytes) {
 }
 
 status residency_manager::spill_to_host(buffer& b) {
+  (void)retire(b, true);
   auto host = host_memory(b.bytes);
   if (!host) return host.error();
   // After the work the releasing stream had queued on it.
@@ -173,7 +206,7 @@ result<void*> residency_manager::device_memory(std::size_t bytes) {
   }
 }
 
-status residency_manager::fill(buffer& b) {
+status residency_manager::fill(buffer& b, void* stream) {
   const auto t0 = std::chrono::steady_clock::now();
   if (b.where == tier::nvme) {
     auto host = host_memory(b.bytes);
@@ -192,15 +225,30 @@ status residency_manager::fill(buffer& b) {
   }
   auto dev = device_memory(b.bytes);
   if (!dev) return dev.error();
-  if (auto s = copy(*dev, b.host, b.bytes, copy_direction::host_to_device, nullptr); !s) {
-    (void)dev_.free(*dev);
-    return s;
+  device& d = dev_.dev();
+  if (!b.has_fill_event) {
+    auto e = d.create_event();
+    if (!e) {
+      (void)dev_.free(*dev);
+      return e.error();
+    }
+    b.filled = *e;
+    b.has_fill_event = true;
   }
-  host_->free(b.host);
+  status queued = d.copy_async(*dev, b.host, b.bytes, copy_direction::host_to_device, copy_stream_);
+  if (queued) queued = d.record_event(b.filled, copy_stream_);
+  if (queued) queued = d.stream_wait_event(stream_handle{stream}, b.filled);
+  if (!queued) {
+    (void)d.synchronize_stream(copy_stream_);  // nothing may still read b.host
+    (void)dev_.free(*dev);
+    return queued;
+  }
+  b.staging = b.host;  // given back once the copy is done (retire)
   b.host = nullptr;
   b.device = *dev;
   b.where = tier::device;
   stats_.host_bytes -= b.bytes;
+  stats_.staging_bytes += b.bytes;
   stats_.device_bytes += b.bytes;
   ++stats_.fills_from_host;
   stats_.bytes_moved += b.bytes;
@@ -210,8 +258,9 @@ status residency_manager::fill(buffer& b) {
   return {};
 }
 
-result<void*> residency_manager::acquire(std::uint64_t handle, void* /*stream*/) {
+result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
   std::lock_guard lock(mu_);
+  retire_finished();
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
@@ -226,8 +275,7 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* /*stream*/)
     b.where = tier::device;
     stats_.device_bytes += b.bytes;
   } else if (b.where != tier::device) {
-    // The fill was waited for: its bytes are on the device for any stream.
-    if (auto s = fill(b); !s) {
+    if (auto s = fill(b, stream); !s) {
       --b.acquired;
       return s;
     }
@@ -237,6 +285,7 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* /*stream*/)
 
 status residency_manager::release(std::uint64_t handle, void* stream) {
   std::lock_guard lock(mu_);
+  retire_finished();
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;

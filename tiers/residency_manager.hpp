@@ -22,9 +22,13 @@
 // allocator, so an allocation that would fail anywhere spills released
 // buffers first.
 //
-// Device memory comes from the caching allocator (device-wide malloc/free),
-// copies run on the manager's own stream and are waited for (a fill returns
-// when its bytes are on the device; the wait is counted in the stats).
+// Device memory comes from the caching allocator (device-wide malloc/free);
+// copies run on the manager's own stream. Spills wait for their copy. Fills
+// are stream-ordered: the host-to-device copy is queued with an event the
+// acquiring stream waits on, so acquire returns at once and the bytes are
+// there for work queued on that stream afterwards; the host memory of a
+// fill is given back once its event is done (checked at every call, waited
+// for when host memory is short).
 //
 // Thread safety: every member may be called concurrently; one recursive
 // mutex serializes them (the pressure handler may re-enter from an
@@ -73,9 +77,10 @@ class residency_manager {
   /// A new buffer of `bytes` (> 0); no storage until the first acquire.
   result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
                                         residency_policy policy);
-  /// The buffer on the device (see above). Errors: invalid_argument (unknown
-  /// handle), out_of_memory (nothing left to spill), io_error and device
-  /// errors from a fill (the buffer stays where it was).
+  /// The buffer on the device, valid for work queued on `stream` from now
+  /// on (see above). Errors: invalid_argument (unknown handle),
+  /// out_of_memory (nothing left to spill), io_error and device errors from
+  /// a fill (the buffer stays where it was).
   result<void*> acquire(std::uint64_t handle, void* stream);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
   /// `stream`'s work up to now is done. Errors: invalid_argument (unknown
@@ -103,7 +108,8 @@ class residency_manager {
     std::uint64_t fills_from_host = 0;
     std::uint64_t fills_from_nvme = 0;
     std::uint64_t bytes_moved = 0;
-    std::uint64_t fill_wait_ns = 0;
+    std::uint64_t staging_bytes = 0;  ///< host memory of fills still in flight
+    std::uint64_t fill_wait_ns = 0;   ///< time callers spent in fills (I/O, waits)
   };
   [[nodiscard]] counters stats();
 
@@ -120,6 +126,9 @@ class residency_manager {
     std::uint64_t released_at = 0;  // tick of the last release
     event_handle released{};        // recorded on the releasing stream
     bool has_release_event = false;
+    void* staging = nullptr;  // host memory of a fill in flight
+    event_handle filled{};    // recorded on the copy stream after a fill
+    bool has_fill_event = false;
   };
 
   residency_manager(caching_allocator& device, std::unique_ptr<pinned_host_pool> host,
@@ -130,7 +139,11 @@ class residency_manager {
   status spill_to_nvme(buffer& b);
   // Host memory for `bytes`, spilling host buffers to NVMe if needed.
   result<void*> host_memory(std::size_t bytes);
-  status fill(buffer& b);
+  status fill(buffer& b, void* stream);
+  // Gives back the host memory of `b`'s finished fill (waiting for it if
+  // `wait`); false if it is still in flight.
+  bool retire(buffer& b, bool wait);
+  void retire_finished();
   // Device memory for `bytes`, spilling released buffers while it is short.
   result<void*> device_memory(std::size_t bytes);
   // Copies on the manager's stream and waits for the copy.

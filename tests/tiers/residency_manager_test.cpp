@@ -61,8 +61,9 @@ setup make(const std::string& sim_spec, const residency_options& o, io_faults* f
 
 // The buffers, their reference bytes, and checked use of them.
 struct model {
-  explicit model(residency_manager& manager) : m(manager) {}
+  model(residency_manager& manager, device& d) : m(manager), dev(d) {}
   residency_manager& m;
+  device& dev;
   std::vector<std::uint64_t> handles;
   std::vector<std::vector<unsigned char>> bytes;
   std::mt19937 rng{20261122};
@@ -79,6 +80,9 @@ struct model {
   status use(std::size_t k, stream_handle s, bool first) {
     auto p = m.acquire(handles[k], s.native);
     if (!p) return p.error();
+    // The fill is ordered on `s`: "kernels" here are host reads and writes,
+    // so they wait for the stream first.
+    if (auto done = dev.synchronize_stream(s); !done) return done;
     if (!first && std::memcmp(*p, bytes[k].data(), bytes[k].size()) != 0) {
       ADD_FAILURE() << "buffer " << k << " lost its bytes";
     }
@@ -93,7 +97,7 @@ struct model {
 TEST(Residency, RandomUseForcesEverySpillAndFillAndKeepsEveryByte) {
   auto s = make("sim:capacity=16MiB", small_tiers());
   ASSERT_TRUE(s.manager);
-  model md(*s.manager);
+  model md(*s.manager, s.alloc->dev());
   SCOPED_TRACE("seed 20261122");
   for (int i = 0; i < 14; ++i) md.add(mib + (md.rng() % 1024) * 1024);  // ~21 MiB in all
   for (std::size_t k = 0; k < md.handles.size(); ++k) {
@@ -113,6 +117,7 @@ TEST(Residency, RandomUseForcesEverySpillAndFillAndKeepsEveryByte) {
   std::size_t total = 0;
   for (const auto& b : md.bytes) total += b.size();
   EXPECT_EQ(c.device_bytes + c.host_bytes + c.nvme_bytes, total);
+  EXPECT_LE(c.staging_bytes, 8 * mib) << "fills in flight hold host memory";
   for (const auto h : md.handles) ASSERT_TRUE(s.manager->unregister(h).ok());
 }
 
@@ -130,7 +135,7 @@ TEST(Residency, ErrorsAreClear) {
   ASSERT_TRUE(s.manager->release(*h, nullptr).ok());
   EXPECT_TRUE(s.manager->unregister(*h).ok());
   // Without NVMe, a full host pool is the end of the line.
-  model md(*s.manager);
+  model md(*s.manager, s.alloc->dev());
   for (int i = 0; i < 26; ++i) md.add(mib);
   status last;
   for (std::size_t k = 0; k < md.handles.size() && last.ok(); ++k) last = md.use(k, {}, true);
@@ -169,6 +174,38 @@ TEST(Residency, PinnedBuffersStayAndTheOracleChoosesVictims) {
   EXPECT_TRUE(s.alloc->free(*p).ok());
 }
 
+// A fill is ordered on the acquiring stream: acquire returns while the copy
+// is in flight (slow sim streams), and work queued on that stream after it
+// sees the bytes.
+TEST(Residency, FillsAreStreamOrdered) {
+  residency_options o = small_tiers();
+  o.host.capacity = 32 * mib;
+  auto s = make("sim:capacity=8MiB,op_delay_us=20000", o);
+  ASSERT_TRUE(s.manager);
+  device& dev = s.alloc->dev();
+  model md(*s.manager, dev);
+  for (int i = 0; i < 5; ++i) md.add(2 * mib);  // 10 MiB on an 8 MiB device
+  for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
+  ASSERT_EQ(s.manager->where(md.handles[0]), tier::host) << "the LRU buffer should be spilled";
+  ASSERT_TRUE(dev.synchronize().ok());
+  auto p = s.manager->acquire(md.handles[0], s.streams[1].native);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_GT(s.manager->stats().staging_bytes, 0u) << "acquire waited for the fill";
+  struct probe {
+    const void* src;
+    std::vector<unsigned char> seen;
+    static void run(void* arg) {
+      auto* pr = static_cast<probe*>(arg);
+      std::memcpy(pr->seen.data(), pr->src, pr->seen.size());
+    }
+  } pr{*p, std::vector<unsigned char>(2 * mib)};
+  ASSERT_TRUE(dev.launch_host_fn(s.streams[1], probe::run, &pr).ok());
+  ASSERT_TRUE(dev.synchronize_stream(s.streams[1]).ok());
+  EXPECT_EQ(pr.seen, md.bytes[0]) << "work after acquire on its stream saw other bytes";
+  ASSERT_TRUE(s.manager->release(md.handles[0], s.streams[1].native).ok());
+  EXPECT_EQ(s.manager->stats().staging_bytes, 0u) << "the fill's host memory was kept";
+}
+
 // Fails the nth completion of a kind with `result`, or flips a byte (0).
 class nth_fault : public io_faults {
  public:
@@ -205,7 +242,7 @@ TEST(Residency, FaultsOnEveryTierLoseNoByte) {
     fault.result = f.result;
     auto s = make(f.sim, small_tiers(), &fault);
     ASSERT_TRUE(s.manager);
-    model md(*s.manager);
+    model md(*s.manager, s.alloc->dev());
     for (int i = 0; i < 14; ++i) md.add(3 * mib / 2);
     fault.left = f.result == -1 ? 0 : 2;  // the device case uses the sim's own fault
     // A fault either fails the use that met it (the buffer stays where it
@@ -238,7 +275,7 @@ TEST(Residency, ThreadsShareTheManager) {
   std::atomic<int> bad{0};
   for (unsigned t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      model md(*s.manager);
+      model md(*s.manager, s.alloc->dev());
       md.rng.seed(20261122 + t);
       for (int i = 0; i < 5; ++i) md.add(mib);
       for (std::size_t k = 0; k < md.handles.size(); ++k) {
