@@ -51,6 +51,20 @@ residency_manager::~residency_manager() {
   (void)d.destroy_stream(copy_stream_);
 }
 
+std::uint64_t& residency_manager::tier_bytes(tier t) {
+  if (t == tier::device) return stats_.device_bytes;
+  if (t == tier::host) return stats_.host_bytes;
+  return stats_.nvme_bytes;
+}
+
+void residency_manager::moved(buffer& b, tier to, std::uint64_t& count) {
+  tier_bytes(b.where) -= b.bytes;
+  tier_bytes(to) += b.bytes;
+  b.where = to;
+  ++count;
+  stats_.bytes_moved += b.bytes;
+}
+
 bool residency_manager::retire(buffer& b, bool wait) {
   if (b.staging == nullptr) return true;
   device& d = dev_.dev();
@@ -82,10 +96,7 @@ void residency_manager::drop(buffer& b) {
   if (b.has_release_event) (void)dev_.dev().destroy_event(b.released);
   if (b.has_fill_event) (void)dev_.dev().destroy_event(b.filled);
   b.has_fill_event = false;
-  const auto n = static_cast<std::uint64_t>(b.bytes);
-  if (b.where == tier::device) stats_.device_bytes -= n;
-  if (b.where == tier::host) stats_.host_bytes -= n;
-  if (b.where == tier::nvme) stats_.nvme_bytes -= n;
+  if (b.where != tier::none) tier_bytes(b.where) -= b.bytes;
   b.device = nullptr;
   b.host = nullptr;
   b.where = tier::none;
@@ -136,11 +147,7 @@ status residency_manager::spill_to_nvme(buffer& b) {
   host_->free(b.host);
   b.host = nullptr;
   b.extent = *extent;
-  b.where = tier::nvme;
-  stats_.host_bytes -= b.bytes;
-  stats_.nvme_bytes += b.bytes;
-  ++stats_.spills_to_nvme;
-  stats_.bytes_moved += b.bytes;
+  moved(b, tier::nvme, stats_.spills_to_nvme);
   return {};
 }
 
@@ -174,11 +181,7 @@ status residency_manager::spill_to_host(buffer& b) {
   (void)dev_.free(b.device);
   b.device = nullptr;
   b.host = *host;
-  b.where = tier::host;
-  stats_.device_bytes -= b.bytes;
-  stats_.host_bytes += b.bytes;
-  ++stats_.spills_to_host;
-  stats_.bytes_moved += b.bytes;
+  moved(b, tier::host, stats_.spills_to_host);
   return {};
 }
 
@@ -217,11 +220,7 @@ status residency_manager::fill(buffer& b, void* stream) {
     }
     (void)nvme_->erase(b.extent);
     b.host = *host;
-    b.where = tier::host;
-    stats_.nvme_bytes -= b.bytes;
-    stats_.host_bytes += b.bytes;
-    ++stats_.fills_from_nvme;
-    stats_.bytes_moved += b.bytes;
+    moved(b, tier::host, stats_.fills_from_nvme);
   }
   auto dev = device_memory(b.bytes);
   if (!dev) return dev.error();
@@ -246,12 +245,8 @@ status residency_manager::fill(buffer& b, void* stream) {
   b.staging = b.host;  // given back once the copy is done (retire)
   b.host = nullptr;
   b.device = *dev;
-  b.where = tier::device;
-  stats_.host_bytes -= b.bytes;
   stats_.staging_bytes += b.bytes;
-  stats_.device_bytes += b.bytes;
-  ++stats_.fills_from_host;
-  stats_.bytes_moved += b.bytes;
+  moved(b, tier::device, stats_.fills_from_host);
   stats_.fill_wait_ns += static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
           .count());

@@ -150,6 +150,10 @@ class residency_manager {
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
   void drop(buffer& b);
+  // Records that `b` now lives on `to`: the per-tier bytes, `count` (the
+  // spill or fill counter) and the bytes moved.
+  void moved(buffer& b, tier to, std::uint64_t& count);
+  std::uint64_t& tier_bytes(tier t);
 
   caching_allocator& dev_;
   std::unique_ptr<pinned_host_pool> host_;
