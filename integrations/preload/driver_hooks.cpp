@@ -14,7 +14,6 @@
 
 namespace {
 
-using strata::preload::allocators;
 using strata::preload::current_context_device;
 using strata::preload::driver_error;
 using strata::preload::real;
@@ -28,34 +27,18 @@ void* as_ptr(CUdeviceptr p) {
 // Allocates through Strata; nullopt when Strata is off (pass it through).
 std::optional<CUresult> allocate(CUdeviceptr* ptr, size_t size, CUstream stream, bool async) {
   if (ptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  strata::allocator* a = allocators().get(current_context_device());
-  if (a == nullptr) return std::nullopt;
-  try {
-    void* p = async ? a->malloc_async(size, stream) : a->malloc(size);
-    *ptr = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p));
-    return CUDA_SUCCESS;
-  } catch (const strata::error& e) {
-    return driver_error(e.code());
-  }
+  auto r = strata::preload::strata_allocate(current_context_device(), size, stream, async);
+  if (!r) return std::nullopt;
+  if (!*r) return driver_error(r->code());
+  *ptr = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(**r));
+  return CUDA_SUCCESS;
 }
 
 // Frees through Strata; nullopt when the pointer is not Strata's.
 std::optional<CUresult> release(CUdeviceptr ptr, CUstream stream, bool async) {
-  strata::allocator* current = allocators().get(current_context_device());
-  if (current == nullptr && !allocators().on()) return std::nullopt;
-  strata::errc code = strata::errc::ok;
-  const bool ours = strata::preload::free_owned(
-      current, as_ptr(ptr),
-      [&](strata::allocator& a) {
-        if (async) {
-          a.free_async(as_ptr(ptr), stream);
-        } else {
-          a.free(as_ptr(ptr));
-        }
-      },
-      code);
-  if (!ours) return std::nullopt;
-  return driver_error(code);
+  auto code = strata::preload::strata_free(current_context_device(), as_ptr(ptr), stream, async);
+  if (!code) return std::nullopt;
+  return driver_error(*code);
 }
 
 }  // namespace
@@ -88,18 +71,14 @@ extern "C" {
 
 [[gnu::visibility("default")]] CUresult cuMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  strata::allocator* a = allocators().get(current_context_device());
-  if (a == nullptr) {
+  auto info = strata::preload::strata_memory(current_context_device());
+  if (!info) {
     return real().cu_mem_get_info != nullptr ? real().cu_mem_get_info(free, total) : not_available;
   }
-  try {
-    const strata::memory_info info = a->available_memory();
-    *free = info.free;
-    *total = info.total;
-    return CUDA_SUCCESS;
-  } catch (const strata::error& e) {
-    return driver_error(e.code());
-  }
+  if (!*info) return driver_error(info->code());
+  *free = (*info)->free;
+  *total = (*info)->total;
+  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -12,7 +12,6 @@
 
 namespace {
 
-using strata::preload::allocators;
 using strata::preload::current_device;
 using strata::preload::real;
 using strata::preload::runtime_error;
@@ -20,52 +19,33 @@ using strata::preload::runtime_error;
 constexpr auto not_available = cudaErrorNotSupported;  // no real runtime function
 
 // Allocates through Strata; nullopt when Strata is off (pass it through).
-std::optional<cudaError_t> allocate(void** ptr, size_t size, cudaStream_t stream, bool async,
-                                    cudaStream_t per_thread_null) {
+std::optional<cudaError_t> allocate(void** ptr, size_t size, cudaStream_t stream, bool async) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
-  strata::allocator* a = allocators().get(current_device());
-  if (a == nullptr) return std::nullopt;
-  try {
-    if (async) {
-      *ptr = a->malloc_async(size, stream != nullptr ? stream : per_thread_null);
-    } else {
-      *ptr = a->malloc(size);
-    }
-    return cudaSuccess;
-  } catch (const strata::error& e) {
-    return runtime_error(e.code());
-  }
+  auto r = strata::preload::strata_allocate(current_device(), size, stream, async);
+  if (!r) return std::nullopt;
+  if (!*r) return runtime_error(r->code());
+  *ptr = **r;
+  return cudaSuccess;
 }
 
-// Frees through Strata; false when the pointer is not Strata's.
-bool release(void* ptr, cudaStream_t stream, bool async, cudaError_t& result) {
-  strata::allocator* current = allocators().get(current_device());
-  if (current == nullptr && !allocators().on()) return false;
-  strata::errc code = strata::errc::ok;
-  const bool ours = strata::preload::free_owned(
-      current, ptr,
-      [&](strata::allocator& a) {
-        if (async) {
-          a.free_async(ptr, stream);
-        } else {
-          a.free(ptr);
-        }
-      },
-      code);
-  result = runtime_error(code);
-  return ours;
+// Frees through Strata; nullopt when the pointer is not Strata's.
+std::optional<cudaError_t> release(void* ptr, cudaStream_t stream, bool async) {
+  auto code = strata::preload::strata_free(current_device(), ptr, stream, async);
+  if (!code) return std::nullopt;
+  return runtime_error(*code);
 }
 
 cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream,
                          decltype(&cudaMallocAsync) passthrough, cudaStream_t per_thread_null) {
-  if (auto r = allocate(ptr, size, stream, true, per_thread_null)) return *r;
+  if (auto r = allocate(ptr, size, stream != nullptr ? stream : per_thread_null, true)) {
+    return *r;
+  }
   return passthrough != nullptr ? passthrough(ptr, size, stream) : not_available;
 }
 
 cudaError_t free_async(void* ptr, cudaStream_t stream, decltype(&cudaFreeAsync) passthrough) {
   if (ptr == nullptr) return cudaSuccess;
-  cudaError_t result = cudaSuccess;
-  if (release(ptr, stream, true, result)) return result;
+  if (auto r = release(ptr, stream, true)) return *r;
   return passthrough != nullptr ? passthrough(ptr, stream) : not_available;
 }
 
@@ -74,14 +54,13 @@ cudaError_t free_async(void* ptr, cudaStream_t stream, decltype(&cudaFreeAsync) 
 extern "C" {
 
 [[gnu::visibility("default")]] cudaError_t cudaMalloc(void** devPtr, size_t size) {
-  if (auto r = allocate(devPtr, size, nullptr, false, nullptr)) return *r;
+  if (auto r = allocate(devPtr, size, nullptr, false)) return *r;
   return real().malloc != nullptr ? real().malloc(devPtr, size) : not_available;
 }
 
 [[gnu::visibility("default")]] cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return cudaSuccess;
-  cudaError_t result = cudaSuccess;
-  if (release(devPtr, nullptr, false, result)) return result;
+  if (auto r = release(devPtr, nullptr, false)) return *r;
   return real().free != nullptr ? real().free(devPtr) : not_available;
 }
 
@@ -108,18 +87,14 @@ extern "C" {
 
 [[gnu::visibility("default")]] cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
-  strata::allocator* a = allocators().get(current_device());
-  if (a == nullptr) {
+  auto info = strata::preload::strata_memory(current_device());
+  if (!info) {
     return real().mem_get_info != nullptr ? real().mem_get_info(free, total) : not_available;
   }
-  try {
-    const strata::memory_info info = a->available_memory();
-    *free = info.free;
-    *total = info.total;
-    return cudaSuccess;
-  } catch (const strata::error& e) {
-    return runtime_error(e.code());
-  }
+  if (!*info) return runtime_error(info->code());
+  *free = (*info)->free;
+  *total = (*info)->total;
+  return cudaSuccess;
 }
 
 }  // extern "C"
