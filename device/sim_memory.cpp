@@ -42,7 +42,7 @@ result<std::unique_ptr<sim_memory>> sim_memory::create(std::size_t capacity,
 }
 
 sim_memory::sim_memory(int fd, std::size_t capacity, std::size_t granularity)
-    : fd_(fd), capacity_(capacity), granularity_(granularity) {}
+    : fd_(fd), capacity_(capacity), granularity_(granularity), slices_(granularity, 0) {}
 
 sim_memory::~sim_memory() {
   for (const auto& [base, r] : reservations_) {
@@ -102,18 +102,13 @@ result<page_run> sim_memory::create_pages(std::size_t bytes) {
                   "sim device out of memory: requested " + format_bytes(bytes) + ", free " +
                       format_bytes(capacity_ - used_) + " of " + format_bytes(capacity_)};
   }
-  std::uint64_t offset = 0;
-  auto slice = free_slices_.begin();
-  while (slice != free_slices_.end() && slice->second < bytes) ++slice;
-  if (slice != free_slices_.end()) {
-    offset = slice->first;
-    const std::size_t rest = slice->second - bytes;
-    free_slices_.erase(slice);
-    if (rest > 0) free_slices_.emplace(offset + bytes, rest);
-  } else {
-    if (ftruncate(fd_, static_cast<off_t>(file_size_ + bytes)) != 0) return sys_error("ftruncate");
-    offset = file_size_;
-    file_size_ += bytes;
+  const std::uint64_t offset = *slices_.take(bytes);  // no limit: always a slice
+  if (offset + bytes > file_size_) {
+    if (ftruncate(fd_, static_cast<off_t>(slices_.end())) != 0) {
+      slices_.give(offset, bytes);  // beyond the file: handed out again only after a grow
+      return sys_error("ftruncate");
+    }
+    file_size_ = slices_.end();
   }
   const std::uint64_t id = next_run_id_++;
   runs_.emplace(id, run_state{offset, bytes, 0, false});
@@ -253,19 +248,7 @@ void sim_memory::free_slice(std::uint64_t offset, std::size_t bytes) {
   fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
             static_cast<off_t>(bytes));
   used_ -= bytes;
-  auto next = free_slices_.lower_bound(offset);
-  if (next != free_slices_.end() && offset + bytes == next->first) {
-    bytes += next->second;
-    next = free_slices_.erase(next);
-  }
-  if (next != free_slices_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == offset) {
-      prev->second += bytes;
-      return;
-    }
-  }
-  free_slices_.emplace(offset, bytes);
+  slices_.give(offset, bytes);
 }
 
 }  // namespace strata

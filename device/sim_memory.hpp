@@ -12,7 +12,7 @@
 //     `used_ <= capacity_`.
 //   - mappings inside one reservation never overlap; each counts once in its
 //     run's `mappings`.
-//   - free slices of the memfd never overlap and are coalesced.
+//   - free slices of the memfd never overlap and are coalesced (extent_space).
 // Cost: every call takes `mu_` and does at most a few system calls.
 //
 // Thread safety: every member may be called concurrently.
@@ -25,6 +25,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "extent_space.hpp"
 #include "strata/device.hpp"
 
 namespace strata {
@@ -83,9 +84,9 @@ class sim_memory {
   std::size_t capacity_;
   std::size_t granularity_;
   std::size_t used_ = 0;
-  std::uint64_t file_size_ = 0;
+  std::uint64_t file_size_ = 0;  // the memfd's size: at least every slice handed out
   std::uint64_t next_run_id_ = 1;
-  std::map<std::uint64_t, std::size_t> free_slices_;  // file offset -> bytes
+  extent_space slices_;  // the memfd's slices: free ones first fit, merged
   std::unordered_map<std::uint64_t, run_state> runs_;
   std::map<std::uintptr_t, reservation> reservations_;  // by base address
 };

@@ -1,11 +1,13 @@
-// The space of the NVMe store's file: ranges handed out in multiples of the
-// block alignment, first fit, freed ranges merged with their neighbours. The
-// file grows (logically) when no free range fits, up to `limit` bytes.
+// The space of a file: ranges handed out in multiples of an alignment, first
+// fit, freed ranges merged with their neighbours; the space grows at its end
+// when no free range fits, up to `limit` bytes. The sim device's memfd and
+// the NVMe store's file are carved this way; growing the file itself is the
+// owner's job (end() says how far).
 //
 // Cost: O(log n) per call in the number of free ranges, plus the scan for a
 // fit (first fit over the free ranges in address order).
 //
-// Thread safety: none; the store serializes calls.
+// Thread safety: none; the owner serializes calls.
 #pragma once
 
 #include <cstddef>
