@@ -1,5 +1,7 @@
 #include "pinned_host_pool.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -17,8 +19,13 @@ pinned_host_pool* pool_of(extent_hooks_t* h) {
 
 result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(
     device& dev, const pinned_pool_options& options) {
-  if (options.chunk_bytes == 0) {
-    return status{errc::invalid_argument, "pinned host pool: chunk size 0"};
+  if (options.chunk_bytes == 0 || options.large_bytes == 0) {
+    return status{errc::invalid_argument, "pinned host pool: chunk size or large_bytes 0"};
+  }
+  if (!(options.kept_fraction >= 0.0 && options.kept_fraction <= 1.0)) {
+    return status{errc::invalid_argument, "pinned host pool: kept_fraction " +
+                                              std::to_string(options.kept_fraction) +
+                                              " is not in [0, 1]"};
   }
   auto je = jemalloc_library::get();
   if (!je) return je.error();
@@ -46,7 +53,7 @@ result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(
 
 pinned_host_pool::pinned_host_pool(device& dev, const pinned_pool_options& options,
                                    const jemalloc_library& je)
-    : dev_(dev), options_(options), je_(je) {
+    : dev_(dev), options_(options), je_(je), large_(dev) {
   hooked_.hooks = {hook_alloc,   hook_dalloc,  hook_destroy, hook_commit, hook_decline,
                    hook_decline, hook_decline, hook_split,   hook_merge};
   hooked_.pool = this;
@@ -56,6 +63,24 @@ pinned_host_pool::~pinned_host_pool() {
   const std::string destroy = "arena." + std::to_string(arena_) + ".destroy";
   je_.mallctl(destroy.c_str(), nullptr, nullptr, nullptr, 0);
   for (const auto& [base, bytes] : chunks_) (void)dev_.host_free(reinterpret_cast<void*>(base));
+  for (const auto& [base, bytes] : metadata_) ::munmap(base, bytes);
+}
+
+void* pinned_host_pool::metadata(std::size_t size, std::size_t alignment) {
+  // Anonymous memory is zeroed; map alignment more and trim both ends.
+  void* raw =
+      ::mmap(nullptr, size + alignment, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t start = (base + alignment - 1) & ~(alignment - 1);
+  if (start > base) ::munmap(raw, start - base);
+  if (const std::uintptr_t tail = base + alignment - start; tail > 0) {
+    ::munmap(reinterpret_cast<void*>(start + size), tail);
+  }
+  std::lock_guard lock(mu_);
+  metadata_.emplace_back(reinterpret_cast<void*>(start), size);
+  metadata_bytes_ += size;
+  return reinterpret_cast<void*>(start);
 }
 
 void* pinned_host_pool::carve(std::size_t size, std::size_t alignment) {
@@ -68,13 +93,18 @@ void* pinned_host_pool::carve(std::size_t size, std::size_t alignment) {
                          [&](const auto& range) { return fits(range.first, range.second); });
   if (it == unused_.end()) {
     const std::size_t bytes = std::max(options_.chunk_bytes, size + alignment);
-    if (options_.capacity != 0 && pinned_ + bytes > options_.capacity) return nullptr;
+    if (bytes > room()) large_.trim(0);  // kept buffers go first
+    if (bytes > room()) return nullptr;
     auto chunk = dev_.host_alloc(bytes);
+    if (!chunk && large_.kept() > 0) {
+      large_.trim(0);
+      chunk = dev_.host_alloc(bytes);
+    }
     if (!chunk) return nullptr;
     const auto base = reinterpret_cast<std::uintptr_t>(*chunk);
     chunks_.emplace(base, bytes);
-    pinned_ += bytes;
-    peak_pinned_ = std::max(peak_pinned_, pinned_);
+    chunk_bytes_ += bytes;
+    note_pinned();
     it = unused_.emplace(base, bytes).first;
   }
   const std::uintptr_t base = it->first;
@@ -103,6 +133,10 @@ void* pinned_host_pool::hook_alloc(extent_hooks_t* h, void* new_addr, std::size_
                                    unsigned /*arena*/) {
   // NOLINTEND(readability-non-const-parameter)
   if (new_addr != nullptr) return nullptr;  // no growing in place
+  if (alignment >= metadata_alignment) {
+    *commit = true;
+    return pool_of(h)->metadata(size, alignment);  // zeroed
+  }
   void* p = pool_of(h)->carve(size, alignment);
   if (p == nullptr) return nullptr;
   if (*zero) std::memset(p, 0, size);
@@ -143,26 +177,65 @@ bool pinned_host_pool::hook_merge(extent_hooks_t* h, void* a, std::size_t /*size
   return !pool_of(h)->same_chunk(a, b);  // merge only within one chunk
 }
 
-result<void*> pinned_host_pool::allocate(std::size_t bytes) {
-  if (bytes == 0) return status{errc::invalid_argument, "pinned host pool: allocation of 0 bytes"};
-  void* p = je_.mallocx(bytes, flags_);
-  if (p == nullptr) {
-    failed_.fetch_add(1, std::memory_order_relaxed);
-    return status{errc::out_of_memory, "pinned host pool: no pinned memory for " +
-                                           std::to_string(bytes) + " bytes (capacity " +
-                                           std::to_string(options_.capacity) + ", pinned " +
-                                           std::to_string(stats().pinned_bytes) + ")"};
-  }
-  const std::uint64_t now =
-      in_use_.fetch_add(je_.sallocx(p, flags_), std::memory_order_relaxed) + je_.sallocx(p, flags_);
+std::uint64_t pinned_host_pool::room() const noexcept {
+  if (options_.capacity == 0) return UINT64_MAX;
+  const std::uint64_t pinned = chunk_bytes_ + large_.pinned();
+  return pinned >= options_.capacity ? 0 : options_.capacity - pinned;
+}
+
+void pinned_host_pool::note_pinned() noexcept {
+  peak_pinned_ = std::max(peak_pinned_, chunk_bytes_ + large_.pinned());
+}
+
+void pinned_host_pool::note_in_use(std::uint64_t added) noexcept {
+  const std::uint64_t now = in_use_.fetch_add(added, std::memory_order_relaxed) + added;
   std::uint64_t peak = peak_in_use_.load(std::memory_order_relaxed);
   while (now > peak && !peak_in_use_.compare_exchange_weak(peak, now)) {
   }
+}
+
+status pinned_host_pool::out_of_memory(std::size_t bytes) {
+  failed_.fetch_add(1, std::memory_order_relaxed);
+  return {errc::out_of_memory, "pinned host pool: no pinned memory for " + std::to_string(bytes) +
+                                   " bytes (capacity " + std::to_string(options_.capacity) +
+                                   ", pinned " + std::to_string(stats().pinned_bytes) + ")"};
+}
+
+result<void*> pinned_host_pool::allocate_large(std::size_t bytes) {
+  void* p = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    p = large_.take(bytes, room());
+    if (p != nullptr) {
+      note_in_use(large_.live_size(p));
+      note_pinned();
+    }
+  }
+  if (p == nullptr) return out_of_memory(bytes);
+  return p;
+}
+
+result<void*> pinned_host_pool::allocate(std::size_t bytes) {
+  if (bytes == 0) return status{errc::invalid_argument, "pinned host pool: allocation of 0 bytes"};
+  if (bytes >= options_.large_bytes) return allocate_large(bytes);
+  void* p = je_.mallocx(bytes, flags_);
+  if (p == nullptr) return out_of_memory(bytes);
+  note_in_use(je_.sallocx(p, flags_));
   return p;
 }
 
 void pinned_host_pool::free(void* ptr) {
   if (ptr == nullptr) return;
+  {
+    std::lock_guard lock(mu_);
+    if (const std::size_t bytes = large_.live_size(ptr); bytes != 0) {
+      const std::uint64_t in_use = in_use_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
+      const auto keep =
+          static_cast<std::uint64_t>(options_.kept_fraction * static_cast<double>(in_use));
+      large_.give(ptr, keep);
+      return;
+    }
+  }
   in_use_.fetch_sub(je_.sallocx(ptr, flags_), std::memory_order_relaxed);
   je_.dallocx(ptr, flags_);
 }
@@ -173,9 +246,11 @@ pinned_host_pool::counters pinned_host_pool::stats() {
   c.peak_in_use_bytes = peak_in_use_.load(std::memory_order_relaxed);
   c.failed = failed_.load(std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  c.pinned_bytes = pinned_;
+  c.pinned_bytes = chunk_bytes_ + large_.pinned();
   c.peak_pinned_bytes = peak_pinned_;
   c.chunks = chunks_.size();
+  c.kept_bytes = large_.kept();
+  c.metadata_bytes = metadata_bytes_;
   return c;
 }
 
