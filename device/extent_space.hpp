@@ -23,9 +23,11 @@ class extent_space {
   /// bytes the file may hold (0: no limit).
   extent_space(std::size_t align, std::uint64_t limit) : align_(align), limit_(limit) {}
 
-  /// The offset of `bytes` (rounded up to the unit) of free space, or
-  /// nullopt when the limit is reached.
-  std::optional<std::uint64_t> take(std::uint64_t bytes);
+  /// The offset of `bytes` (rounded up to the unit) of free space starting
+  /// at a multiple of `start_align` (a multiple of the unit; 0: the unit),
+  /// or nullopt when the limit is reached. Space skipped
+  /// to align the start stays free for later takes.
+  std::optional<std::uint64_t> take(std::uint64_t bytes, std::uint64_t start_align = 0);
   /// Returns [offset, offset + bytes) (as `take` rounded it).
   void give(std::uint64_t offset, std::uint64_t bytes);
 
@@ -38,6 +40,10 @@ class extent_space {
   [[nodiscard]] std::uint64_t end() const noexcept { return end_; }
 
  private:
+  // Adds [offset, offset + bytes) to the free ranges, merged with its
+  // neighbours.
+  void add_free(std::uint64_t offset, std::uint64_t bytes);
+
   std::size_t align_;
   std::uint64_t limit_;
   std::uint64_t used_ = 0;

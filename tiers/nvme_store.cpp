@@ -251,7 +251,10 @@ result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
   std::lock_guard lock(mu_);
   const std::uint64_t data = space_.rounded(bytes);
   const std::uint64_t span = data + block_;
-  const auto offset = space_.take(span);
+  // Extents of a request or more start on a request boundary: requests
+  // straddling the disk's larger units cost up to a third of the write
+  // throughput here (bench/RESULTS.md).
+  const auto offset = space_.take(span, data >= options_.block_size ? options_.block_size : 0);
   if (!offset) {
     ++stats_.failed;
     return status{errc::out_of_memory, "nvme store: capacity " + std::to_string(options_.capacity) +

@@ -8,7 +8,9 @@
 // Layout: an extent is its bytes rounded up to the logical block size (the
 // direct-I/O alignment the file system reports, else 4096), then one
 // trailer block {"STRATAX1", extent id, bytes, crc32c}. File space comes
-// from an extent_space (first fit, merged on erase). The file is opened
+// from an extent_space (first fit, merged on erase); an extent of
+// block_size bytes or more starts at a multiple of block_size, so its
+// requests line up with the disk's larger units. The file is opened
 // O_TMPFILE (mode 0600), or created and unlinked at once where the file
 // system refuses O_TMPFILE, so nothing is left behind, even after a crash.
 //
@@ -33,15 +35,21 @@
 #include <vector>
 
 #include "extent_space.hpp"
+#include "strata/allocator_options.hpp"
 #include "strata/error.hpp"
 
 namespace strata {
 
+/// Defaults: STRATA_CONF's (offload_options, docs/configuration.md).
 struct nvme_options {
-  std::string directory;                ///< where the unnamed file lives
-  std::size_t block_size = 1ULL << 20;  ///< bytes per request; a multiple of the logical block
-  unsigned queue_depth = 32;            ///< requests in flight, 1 to 4096
-  std::uint64_t capacity = 0;           ///< most bytes in the file; 0: until the disk is full
+  /// Where the unnamed file lives.
+  std::string directory;
+  /// Bytes per request; a multiple of the logical block.
+  std::size_t block_size = offload_options{}.nvme_block_size;
+  /// Requests in flight, 1 to 4096.
+  unsigned queue_depth = offload_options{}.nvme_queue_depth;
+  /// Most bytes in the file; 0: until the disk is full.
+  std::uint64_t capacity = offload_options{}.nvme_capacity;
 };
 
 enum class io_kind : std::uint8_t { read, write };

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "crc32c.hpp"
@@ -115,6 +117,39 @@ TEST(NvmeStore, ErasedSpaceIsReusedAndTheFileHasNoName) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(store->stats().file_bytes, size) << "the erased extent's space was not reused";
   EXPECT_EQ(store->stats().stored_bytes, 2 * data.size());
+}
+
+// Records the offset and length of every completed write.
+class write_log : public io_faults {
+ public:
+  int complete(io_kind kind, std::uint64_t offset, void* /*buffer*/, std::size_t length,
+               int result) override {
+    if (kind == io_kind::write) writes.emplace_back(offset, length);
+    return result;
+  }
+  std::vector<std::pair<std::uint64_t, std::size_t>> writes;
+};
+
+TEST(NvmeStore, LargeExtentsStartOnARequestBoundary) {
+  write_log log;
+  OPEN_OR_SKIP(store, opts(1 << 20), &log);
+  const auto small = pattern(5000, 1);
+  const auto large = pattern((2 << 20) + 100, 2);
+  ASSERT_TRUE(store->write(small.data(), small.size()).ok());
+  const std::size_t after_small = log.writes.size();
+  auto id = store->write(large.data(), large.size());
+  ASSERT_TRUE(id.ok());
+  ASSERT_EQ(log.writes.size() - after_small, 4u) << "3 data requests and the trailer";
+  std::uint64_t first = UINT64_MAX;
+  for (std::size_t i = after_small; i < log.writes.size(); ++i) {
+    first = std::min(first, log.writes[i].first);
+  }
+  EXPECT_EQ(first % (1 << 20), 0u) << "the large extent starts on a 1 MiB request boundary";
+  ASSERT_TRUE(store->write(small.data(), small.size()).ok());
+  EXPECT_LT(log.writes.back().first, first) << "a small extent fills the gap left before it";
+  std::vector<unsigned char> back(large.size());
+  ASSERT_TRUE(store->read(*id, back.data(), back.size()).ok());
+  EXPECT_EQ(back, large);
 }
 
 TEST(NvmeStore, BadOptionsAreClearErrors) {
