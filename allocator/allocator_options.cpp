@@ -11,7 +11,8 @@ namespace {
 
 constexpr std::string_view accepted_keys =
     "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
-    "report_on_exit";
+    "report_on_exit, host_capacity, host_chunk, host_large, host_kept, nvme_dir, "
+    "nvme_block_size, nvme_queue_depth, nvme_capacity";
 
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
@@ -54,6 +55,67 @@ result<std::vector<conf_item>> split_conf(std::string_view text) {
     items.push_back({key, std::string(item.substr(colon + 1))});
   }
   return items;
+}
+
+// A byte size in [low, high], or `none` (0) where `none_is_zero`.
+result<std::uint64_t> byte_size_in(const conf_item& item, std::uint64_t low, std::uint64_t high,
+                                   const char* accepted, bool none_is_zero) {
+  if (none_is_zero && item.value == "none") return std::uint64_t{0};
+  auto v = parse_byte_size(item.key, item.value);
+  if (!v || *v < low || *v > high) {
+    return status{errc::invalid_argument, "bad value '" + item.value + "' for '" +
+                                              std::string(item.key) + "': expected " + accepted};
+  }
+  return *v;
+}
+
+// The offload tiers' keys; false if `item` is not one of them.
+result<bool> apply_offload(offload_options& o, const conf_item& item) {
+  constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+  const auto size_into = [&](std::uint64_t& field, std::uint64_t low, std::uint64_t high,
+                             const char* accepted, bool none) -> result<bool> {
+    auto v = byte_size_in(item, low, high, accepted, none);
+    if (!v) return v.error();
+    field = *v;
+    return true;
+  };
+  if (item.key == "host_capacity") {
+    return size_into(o.host_capacity, 1, no_max, "a byte size or 'none'", true);
+  }
+  if (item.key == "host_chunk") {
+    return size_into(o.host_chunk, 64ULL << 10, 1ULL << 30, "64KiB to 1GiB", false);
+  }
+  if (item.key == "host_large") {
+    return size_into(o.host_large, 4096, 1ULL << 30, "4KiB to 1GiB", false);
+  }
+  if (item.key == "nvme_block_size") {
+    return size_into(o.nvme_block_size, 4096, 1ULL << 30, "4KiB to 1GiB", false);
+  }
+  if (item.key == "nvme_capacity") {
+    return size_into(o.nvme_capacity, 1, no_max, "a byte size or 'none'", true);
+  }
+  if (item.key == "host_kept") {
+    auto v = parse_rate(item.key, item.value);
+    if (!v || *v < 0.0 || *v > 1.0) {
+      return invalid("bad value '" + item.value + "' for 'host_kept': expected a number in [0, 1]");
+    }
+    o.host_kept = *v;
+    return true;
+  }
+  if (item.key == "nvme_queue_depth") {
+    auto v = parse_count(item.key, item.value);
+    if (!v || *v < 1 || *v > 4096) {
+      return invalid("bad value '" + item.value +
+                     "' for 'nvme_queue_depth': expected a count from 1 to 4096");
+    }
+    o.nvme_queue_depth = static_cast<unsigned>(*v);
+    return true;
+  }
+  if (item.key == "nvme_dir") {
+    o.nvme_dir = item.value;
+    return true;
+  }
+  return false;
 }
 
 status apply(allocator_options& o, const conf_item& item) {
@@ -110,6 +172,9 @@ status apply(allocator_options& o, const conf_item& item) {
     o.report_on_exit = item.value;
     return {};
   }
+  auto offload = apply_offload(o.offload, item);
+  if (!offload) return offload.error();
+  if (*offload) return {};
   return invalid("STRATA_CONF: unknown key '" + std::string(item.key) +
                  "'; accepted keys: " + std::string(accepted_keys));
 }

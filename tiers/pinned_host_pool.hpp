@@ -43,20 +43,22 @@
 
 #include "jemalloc_library.hpp"
 #include "pinned_block_cache.hpp"
+#include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
 
 namespace strata {
 
+/// Defaults: STRATA_CONF's (offload_options, docs/configuration.md).
 struct pinned_pool_options {
   /// Pinned memory the jemalloc arena asks of the device at a time.
-  std::size_t chunk_bytes = 2ULL << 20;
+  std::size_t chunk_bytes = offload_options{}.host_chunk;
   /// Buffers of this size or more get one device allocation each.
-  std::size_t large_bytes = 256ULL << 10;
+  std::size_t large_bytes = offload_options{}.host_large;
   /// Freed large buffers are kept for reuse up to this fraction of the
   /// bytes in use; beyond it they go back to the device.
-  double kept_fraction = 0.05;
+  double kept_fraction = offload_options{}.host_kept;
   /// Most pinned bytes; 0: no limit.
-  std::uint64_t capacity = 0;
+  std::uint64_t capacity = offload_options{}.host_capacity;
 };
 
 class pinned_host_pool {

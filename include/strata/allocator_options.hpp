@@ -21,6 +21,28 @@
 
 namespace strata {
 
+/// The offload tiers' settings (docs/tiers.md), read by the residency
+/// manager (tiers/residency_manager.hpp); the allocator itself does not read
+/// them. The tiers' option structs take their defaults from here.
+struct offload_options {
+  /// Most pinned host bytes; 0: no limit.
+  std::uint64_t host_capacity = 0;
+  /// Pinned memory the host pool's jemalloc arena asks of the device at a time.
+  std::uint64_t host_chunk = 2ULL << 20;
+  /// Host buffers of this size or more get one pinned allocation each.
+  std::uint64_t host_large = 256ULL << 10;
+  /// Freed large host buffers kept for reuse, as a fraction of the bytes in use.
+  double host_kept = 0.05;
+  /// Directory of the NVMe tier's file; empty: no NVMe tier.
+  std::string nvme_dir;
+  /// Bytes per NVMe request.
+  std::uint64_t nvme_block_size = 1ULL << 20;
+  /// NVMe requests in flight, 1 to 4096.
+  unsigned nvme_queue_depth = 32;
+  /// Most bytes in the NVMe file; 0: until the disk is full.
+  std::uint64_t nvme_capacity = 0;
+};
+
 struct allocator_options {
   /// Device spec (see docs/device.md): "auto", "cuda:N" or "sim:...".
   std::string device = "auto";
@@ -45,6 +67,8 @@ struct allocator_options {
   /// the stats, the memory summary and the last OOM report at process exit;
   /// empty: no report. The allocator itself does not read it.
   std::string report_on_exit;
+  /// The offload tiers' settings; the allocator itself does not read them.
+  offload_options offload;
 };
 
 /// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are

@@ -259,6 +259,43 @@ TEST(AllocatorConf, BadConfNamesTheKey) {
   EXPECT_NE(made.error().message().find("'colour'"), std::string::npos);
 }
 
+TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
+  auto o = parse_allocator_conf(
+      "device:sim,host_capacity:8GiB,host_chunk:4MiB,host_large:1MiB,host_kept:0.1,"
+      "nvme_dir:/mnt/nvme/strata,nvme_block_size:512KiB,nvme_queue_depth:64,nvme_capacity:1TiB");
+  ASSERT_TRUE(o.ok()) << o.error().to_string();
+  EXPECT_EQ(o->offload.host_capacity, 8ULL << 30);
+  EXPECT_EQ(o->offload.host_chunk, 4u << 20);
+  EXPECT_EQ(o->offload.host_large, 1u << 20);
+  EXPECT_DOUBLE_EQ(o->offload.host_kept, 0.1);
+  EXPECT_EQ(o->offload.nvme_dir, "/mnt/nvme/strata");
+  EXPECT_EQ(o->offload.nvme_block_size, 512u << 10);
+  EXPECT_EQ(o->offload.nvme_queue_depth, 64u);
+  EXPECT_EQ(o->offload.nvme_capacity, 1ULL << 40);
+  auto none = parse_allocator_conf("host_capacity:none,nvme_capacity:none");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->offload.host_capacity, 0u);
+  EXPECT_EQ(none->offload.nvme_capacity, 0u);
+  EXPECT_EQ(parse_allocator_conf("")->offload.nvme_dir, "") << "no NVMe tier by default";
+  struct bad {
+    const char* conf;
+    const char* says;
+  };
+  for (const bad& b :
+       {bad{"host_capacity:0", "'host_capacity': expected a byte size or 'none'"},
+        bad{"host_chunk:1KiB", "64KiB to 1GiB"}, bad{"host_large:lots", "'host_large'"},
+        bad{"host_kept:1.5", "[0, 1]"}, bad{"nvme_queue_depth:0", "1 to 4096"},
+        bad{"nvme_queue_depth:5000", "1 to 4096"}, bad{"nvme_block_size:100", "4KiB to 1GiB"},
+        bad{"nvme_capacity:-1", "'nvme_capacity'"},
+        bad{"host_capacity:1GiB,host_capacity:2GiB", "twice"}}) {
+    auto r = parse_allocator_conf(b.conf);
+    ASSERT_FALSE(r.ok()) << b.conf;
+    EXPECT_EQ(r.code(), errc::invalid_argument);
+    EXPECT_NE(r.error().message().find(b.says), std::string::npos)
+        << b.conf << " -> " << r.error().message();
+  }
+}
+
 TEST(Allocator, DeviceFaultsFailCleanlyAndLoseNoPage) {
   auto dev = sim_device::create(*parse_sim_config("capacity=64MiB"));
   ASSERT_TRUE(dev.ok());
