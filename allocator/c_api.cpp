@@ -1,43 +1,53 @@
-// The C API (strata.h) over caching_allocator.
-//
-// A handle is a small slot that outlives its allocator: destroy empties the
-// slot (and keeps its 8 bytes until the process exits), so later calls with
-// the handle are reported as errors instead of touching freed memory.
-#include <atomic>
+// The C API (strata.h) over caching_allocator; handles and errors as
+// c_handle.hpp describes.
 #include <cstdlib>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <string>
 
-#include "caching_allocator.hpp"
-#include "strata/strata.h"
+#include "c_handle.hpp"
 
-struct strata_allocator {
-  std::atomic<strata::caching_allocator*> impl{nullptr};
-};
+namespace strata::c_api {
 
 namespace {
 
 thread_local std::string last_error;  // NOLINT(cppcoreguidelines-avoid-non-const-global-variables)
 
-strata_status fail(const strata::status& s) {
+}  // namespace
+
+strata_status fail(const status& s) {
   last_error = s.message();
   return static_cast<strata_status>(s.code());
 }
 
-strata_status fail(strata::errc code, const char* message) {
+strata_status fail(errc code, const char* message) {
   last_error = message;
   return static_cast<strata_status>(code);
 }
 
-// Every slot ever handed out; slots are never reused or freed before exit.
-strata_allocator* new_slot() {
-  static std::mutex mu;
-  static std::deque<strata_allocator> slots;
-  std::lock_guard lock(mu);
-  return &slots.emplace_back();
+strata_status to_c(const status& s) {
+  return s.ok() ? STRATA_OK : fail(s);
 }
+
+strata_status copy_out(const std::string& text, char** out) {
+  if (out == nullptr) return fail(errc::invalid_argument, "null output pointer");
+  auto* buf = static_cast<char*>(std::malloc(text.size() + 1));  // NOLINT: C ownership
+  if (buf == nullptr) return fail(errc::out_of_memory, "host out of memory");
+  std::memcpy(buf, text.c_str(), text.size() + 1);
+  *out = buf;
+  return STRATA_OK;
+}
+
+const char* last_error_message() {
+  return last_error.c_str();
+}
+
+}  // namespace strata::c_api
+
+namespace {
+
+using strata::c_api::copy_out;
+using strata::c_api::fail;
+using strata::c_api::to_c;
 
 strata::caching_allocator* get(strata_allocator* a) {
   return a == nullptr ? nullptr : a->impl.load(std::memory_order_acquire);
@@ -46,19 +56,6 @@ strata::caching_allocator* get(strata_allocator* a) {
 strata_status no_allocator(strata_allocator* a) {
   return fail(strata::errc::invalid_argument,
               a == nullptr ? "null allocator handle" : "the allocator was destroyed");
-}
-
-strata_status to_c(const strata::status& s) {
-  return s.ok() ? STRATA_OK : fail(s);
-}
-
-strata_status copy_out(const std::string& text, char** out) {
-  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
-  auto* buf = static_cast<char*>(std::malloc(text.size() + 1));  // NOLINT: C ownership
-  if (buf == nullptr) return fail(strata::errc::out_of_memory, "host out of memory");
-  std::memcpy(buf, text.c_str(), text.size() + 1);
-  *out = buf;
-  return STRATA_OK;
 }
 
 }  // namespace
@@ -70,7 +67,7 @@ const char* strata_error_string(strata_status code) {
 }
 
 const char* strata_last_error_message(void) {
-  return last_error.c_str();
+  return strata::c_api::last_error_message();
 }
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
@@ -80,7 +77,7 @@ strata_status strata_allocator_create(const char* conf, strata_allocator** out) 
   if (!options) return fail(options.error());
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());
-  strata_allocator* handle = new_slot();
+  auto* handle = strata::c_api::new_slot<strata_allocator>();
   handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
@@ -88,6 +85,10 @@ strata_status strata_allocator_create(const char* conf, strata_allocator** out) 
 
 strata_status strata_allocator_destroy(strata_allocator* a) {
   if (a == nullptr) return no_allocator(a);
+  if (a->users.load(std::memory_order_acquire) != 0 && get(a) != nullptr) {
+    return fail(strata::errc::invalid_argument,
+                "a residency manager still uses this allocator: destroy it first");
+  }
   strata::caching_allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
   if (impl == nullptr) return no_allocator(a);
   delete impl;  // NOLINT(cppcoreguidelines-owning-memory)

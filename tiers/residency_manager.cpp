@@ -14,6 +14,19 @@ status unknown(std::uint64_t handle) {
 
 }  // namespace
 
+residency_options residency_options::from(const offload_options& o) {
+  residency_options r;
+  r.host.chunk_bytes = o.host_chunk;
+  r.host.large_bytes = o.host_large;
+  r.host.kept_fraction = o.host_kept;
+  r.host.capacity = o.host_capacity;
+  r.nvme.directory = o.nvme_dir;
+  r.nvme.block_size = o.nvme_block_size;
+  r.nvme.queue_depth = o.nvme_queue_depth;
+  r.nvme.capacity = o.nvme_capacity;
+  return r;
+}
+
 result<std::unique_ptr<residency_manager>> residency_manager::create(
     caching_allocator& device, const residency_options& options, io_faults* nvme_faults) {
   auto host = pinned_host_pool::create(device.dev(), options.host);
@@ -211,19 +224,23 @@ result<void*> residency_manager::device_memory(std::size_t bytes) {
 
 status residency_manager::fill(buffer& b, void* stream) {
   const auto t0 = std::chrono::steady_clock::now();
+  // Device memory first: making room may spill buffers to the host, and the
+  // staging of an NVMe fill may then push those on to NVMe. The other way
+  // round, the staging would hold the host memory the device spills need.
+  auto dev = device_memory(b.bytes);
+  if (!dev) return dev.error();
   if (b.where == tier::nvme) {
     auto host = host_memory(b.bytes);
-    if (!host) return host.error();
-    if (auto s = nvme_->read(b.extent, *host, b.bytes); !s) {  // checksum checked
-      host_->free(*host);
-      return s;
+    status read = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
+    if (!read) {
+      if (host) host_->free(*host);
+      (void)dev_.free(*dev);
+      return read;
     }
     (void)nvme_->erase(b.extent);
     b.host = *host;
     moved(b, tier::host, stats_.fills_from_nvme);
   }
-  auto dev = device_memory(b.bytes);
-  if (!dev) return dev.error();
   device& d = dev_.dev();
   if (!b.has_fill_event) {
     auto e = d.create_event();
@@ -314,10 +331,11 @@ status residency_manager::unregister(std::uint64_t handle) {
   return {};
 }
 
-tier residency_manager::where(std::uint64_t handle) {
+result<tier> residency_manager::where(std::uint64_t handle) {
   std::lock_guard lock(mu_);
   auto it = buffers_.find(handle);
-  return it == buffers_.end() ? tier::none : it->second.where;
+  if (it == buffers_.end()) return unknown(handle);
+  return it->second.where;
 }
 
 void residency_manager::set_eviction_oracle(

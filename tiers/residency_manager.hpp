@@ -58,6 +58,8 @@ enum class tier : std::uint8_t { none, device, host, nvme };
 struct residency_options {
   pinned_pool_options host;
   nvme_options nvme;  ///< an empty directory: no NVMe tier
+  /// The options STRATA_CONF's offload keys give (docs/configuration.md).
+  static residency_options from(const offload_options& o);
 };
 
 class residency_manager {
@@ -89,8 +91,8 @@ class residency_manager {
   /// Frees the buffer wherever it is. Errors: invalid_argument (unknown, or
   /// still acquired).
   status unregister(std::uint64_t handle);
-  /// Where the buffer is now.
-  [[nodiscard]] tier where(std::uint64_t handle);
+  /// Where the buffer is now. Errors: invalid_argument (unknown handle).
+  [[nodiscard]] result<tier> where(std::uint64_t handle);
 
   /// `next_use(handle)` = how far ahead the buffer is needed (larger: spill
   /// first); null restores least-recently-released.

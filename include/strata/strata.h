@@ -33,9 +33,9 @@ typedef enum strata_status {
   STRATA_ERROR_NOT_SUPPORTED = 3,
   STRATA_ERROR_NO_DRIVER = 4,
   STRATA_ERROR_NO_DEVICE = 5,
-  STRATA_ERROR_DEVICE = 6,           /* a device call failed */
-  STRATA_ERROR_INJECTED_FAULT = 7,   /* sim device fault injection */
-  STRATA_ERROR_IO = 8                /* a storage tier's read or write failed */
+  STRATA_ERROR_DEVICE = 6,         /* a device call failed */
+  STRATA_ERROR_INJECTED_FAULT = 7, /* sim device fault injection */
+  STRATA_ERROR_IO = 8              /* a storage tier's read or write failed */
 } strata_status;
 
 typedef struct strata_allocator strata_allocator;
@@ -52,7 +52,8 @@ STRATA_C_API const char* strata_last_error_message(void);
 STRATA_C_API strata_status strata_allocator_create(const char* conf, strata_allocator** out);
 
 /* Waits for the device, returns all memory to it and destroys the allocator.
- * Pointers it handed out become invalid. */
+ * Pointers it handed out become invalid. INVALID_ARGUMENT while a residency
+ * manager (strata/residency.h) still uses it. */
 STRATA_C_API strata_status strata_allocator_destroy(strata_allocator* a);
 
 /* Device-wide allocation and free, like cudaMalloc/cudaFree: a freed block

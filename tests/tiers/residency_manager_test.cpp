@@ -162,15 +162,15 @@ TEST(Residency, PinnedBuffersStayAndTheOracleChoosesVictims) {
   s.manager->set_eviction_oracle([&](std::uint64_t handle) { return handle == h[1] ? 100 : 1; });
   auto extra = s.manager->register_buffer(2 * mib, buffer_kind::other, residency_policy::evictable);
   ASSERT_TRUE(s.manager->acquire(*extra, nullptr).ok());
-  EXPECT_EQ(s.manager->where(h[1]), tier::host);
-  EXPECT_EQ(s.manager->where(h[0]), tier::device);
-  EXPECT_EQ(s.manager->where(*pinned), tier::device);
+  EXPECT_EQ(*s.manager->where(h[1]), tier::host);
+  EXPECT_EQ(*s.manager->where(h[0]), tier::device);
+  EXPECT_EQ(*s.manager->where(*pinned), tier::device);
   ASSERT_TRUE(s.manager->release(*extra, nullptr).ok());
   // The pressure handler: a plain allocation spills released buffers.
   s.manager->set_eviction_oracle(nullptr);
   auto p = s.alloc->malloc(6 * mib);
   ASSERT_TRUE(p.ok()) << p.error().to_string();
-  EXPECT_EQ(s.manager->where(*pinned), tier::device);
+  EXPECT_EQ(*s.manager->where(*pinned), tier::device);
   EXPECT_TRUE(s.alloc->free(*p).ok());
 }
 
@@ -186,7 +186,7 @@ TEST(Residency, FillsAreStreamOrdered) {
   model md(*s.manager, dev);
   for (int i = 0; i < 5; ++i) md.add(2 * mib);  // 10 MiB on an 8 MiB device
   for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
-  ASSERT_EQ(s.manager->where(md.handles[0]), tier::host) << "the LRU buffer should be spilled";
+  ASSERT_EQ(*s.manager->where(md.handles[0]), tier::host) << "the LRU buffer should be spilled";
   ASSERT_TRUE(dev.synchronize().ok());
   auto p = s.manager->acquire(md.handles[0], s.streams[1].native);
   ASSERT_TRUE(p.ok()) << p.error().to_string();

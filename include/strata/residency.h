@@ -1,0 +1,90 @@
+/* Strata's C API for the offload tiers: buffers that live on the device when
+ * in use and move to pinned host memory, then to NVMe, when device memory
+ * is needed (docs/tiers.md). Conventions as in strata.h: every function
+ * returns a strata_status, the calling thread's last error message says
+ * why, sizes are bytes, streams are native handles (NULL: the default
+ * stream).
+ *
+ * Present in libstrata when it was built with the tiers (liburing found;
+ * docs/building.md). The host tier needs jemalloc, loaded at run time:
+ * where it cannot load, create fails with NOT_SUPPORTED and a message
+ * naming the remedy.
+ *
+ * Thread safety: every function may be called from any thread at any time,
+ * except that strata_residency_destroy must not race with other calls on
+ * the same manager. After destroy, calls with the old handle return
+ * STRATA_ERROR_INVALID_ARGUMENT.
+ */
+#ifndef STRATA_RESIDENCY_H
+#define STRATA_RESIDENCY_H
+
+/* NOLINTBEGIN(modernize-use-using) */
+
+#include "strata/strata.h"
+
+typedef struct strata_residency strata_residency;
+
+typedef enum strata_buffer_kind {
+  STRATA_BUFFER_PARAMETER = 0,
+  STRATA_BUFFER_GRADIENT = 1,
+  STRATA_BUFFER_OPTIMIZER_STATE = 2,
+  STRATA_BUFFER_OTHER = 3
+} strata_buffer_kind;
+
+typedef enum strata_residency_policy {
+  STRATA_EVICTABLE = 0,       /* may be spilled while released */
+  STRATA_PINNED_ON_DEVICE = 1 /* never spilled */
+} strata_residency_policy;
+
+typedef enum strata_tier {
+  STRATA_TIER_NONE = 0, /* registered, never acquired */
+  STRATA_TIER_DEVICE = 1,
+  STRATA_TIER_HOST = 2,
+  STRATA_TIER_NVME = 3
+} strata_tier;
+
+/* A residency manager over `allocator`'s device, configured by the offload
+ * keys of `conf` in STRATA_CONF syntax (host_capacity, nvme_dir, ...;
+ * docs/configuration.md; the allocator's own keys are accepted and
+ * ignored); NULL reads the STRATA_CONF environment variable. It registers a
+ * pressure handler with the allocator: allocations that would fail spill
+ * released buffers first. Destroy it before the allocator. Errors:
+ * INVALID_ARGUMENT (bad conf, destroyed allocator), NOT_SUPPORTED (jemalloc
+ * cannot load), IO (the NVMe file cannot be set up). */
+STRATA_C_API strata_status strata_residency_create(strata_allocator* allocator, const char* conf,
+                                                   strata_residency** out);
+/* Frees every managed buffer wherever it is and removes the pressure
+ * handler. */
+STRATA_C_API strata_status strata_residency_destroy(strata_residency* r);
+
+/* A new buffer of `bytes` (> 0); no storage until the first acquire.
+ * `*handle` names it. */
+STRATA_C_API strata_status strata_residency_register(strata_residency* r, size_t bytes,
+                                                     strata_buffer_kind kind,
+                                                     strata_residency_policy policy,
+                                                     uint64_t* handle);
+/* `*out` = the buffer on the device, valid for work queued on `stream` from
+ * now on; a spilled buffer is filled back (the copy is queued in stream
+ * order: the call returns before it is done). The first acquire gives fresh
+ * memory with undefined contents. Acquires nest. Errors: INVALID_ARGUMENT
+ * (unknown handle), OUT_OF_MEMORY (nothing left to spill), IO (an NVMe read
+ * failed or its checksum did not match; the buffer stays where it was). */
+STRATA_C_API strata_status strata_residency_acquire(strata_residency* r, uint64_t handle,
+                                                    void* stream, void** out);
+/* Ends one acquire: once none is left and the work queued on `stream` so
+ * far is done, the buffer may be spilled. */
+STRATA_C_API strata_status strata_residency_release(strata_residency* r, uint64_t handle,
+                                                    void* stream);
+/* Frees the buffer wherever it is. INVALID_ARGUMENT if unknown or still
+ * acquired. */
+STRATA_C_API strata_status strata_residency_unregister(strata_residency* r, uint64_t handle);
+/* Where the buffer is now. INVALID_ARGUMENT for an unknown handle. */
+STRATA_C_API strata_status strata_residency_where(strata_residency* r, uint64_t handle,
+                                                  strata_tier* out);
+/* The manager's counters as JSON (bytes per tier, spills and fills per
+ * direction, bytes moved, staging bytes, fill wait), freed with
+ * strata_string_free. */
+STRATA_C_API strata_status strata_residency_stats_json(strata_residency* r, char** out);
+
+/* NOLINTEND(modernize-use-using) */
+#endif /* STRATA_RESIDENCY_H */

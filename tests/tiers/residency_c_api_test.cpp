@@ -1,0 +1,145 @@
+// The residency manager's C API (strata/residency.h): configured by
+// STRATA_CONF text, buffers through every tier and back with their bytes,
+// the JSON stats, and the errors (bad conf, null and destroyed handles,
+// unknown buffers, an allocator destroyed under a manager). ctest runs it
+// with the static TLS jemalloc needs.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "c_handle.hpp"
+#include "strata/residency.h"
+
+extern "C" {
+strata_status c_register_parameter(strata_residency* r, size_t bytes, uint64_t* handle);
+int c_tier_of(strata_residency* r, uint64_t handle, strata_status* why);
+}
+
+namespace strata::testing {
+namespace {
+
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+std::string scratch() {
+  ::mkdir(STRATA_TEST_SCRATCH_DIR, 0700);
+  std::string dir = std::string(STRATA_TEST_SCRATCH_DIR) + "/residency_c";
+  ::mkdir(dir.c_str(), 0700);
+  return dir;
+}
+
+// A counter of the stats JSON, -1 if absent.
+long long stat_of(strata_residency* r, const std::string& name) {
+  char* json = nullptr;
+  if (strata_residency_stats_json(r, &json) != STRATA_OK) return -1;
+  const std::string text = json;
+  strata_string_free(json);
+  const auto at = text.find("\"" + name + "\":");
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + name.size() + 3);
+}
+
+// On the sim device, device memory is host memory: the test reads and
+// writes it directly once the device is idle.
+void wait_idle(strata_allocator* a) {
+  ASSERT_TRUE(a->impl.load()->dev().synchronize().ok());
+}
+
+TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK)
+      << strata_last_error_message();
+  const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
+                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
+  strata_residency* r = nullptr;
+  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  std::vector<std::uint64_t> handles(8);
+  for (std::size_t k = 0; k < handles.size(); ++k) {
+    ASSERT_EQ(c_register_parameter(r, 3 * mib, &handles[k]), STRATA_OK);
+    void* p = nullptr;
+    ASSERT_EQ(strata_residency_acquire(r, handles[k], nullptr, &p), STRATA_OK)
+        << "buffer " << k << ": " << strata_last_error_message();
+    wait_idle(a);
+    std::memset(p, static_cast<int>(k + 1), 3 * mib);
+    ASSERT_EQ(strata_residency_release(r, handles[k], nullptr), STRATA_OK);
+  }
+  EXPECT_GT(stat_of(r, "spills_to_host"), 0);
+  EXPECT_GT(stat_of(r, "spills_to_nvme"), 0) << "24 MiB over a 16 MiB device and 4 MiB of host";
+  strata_status why = STRATA_OK;
+  EXPECT_EQ(c_tier_of(r, handles[0], &why), STRATA_TIER_NVME) << "the oldest went furthest";
+  EXPECT_EQ(c_tier_of(r, handles.back(), &why), STRATA_TIER_DEVICE);
+  for (std::size_t k = 0; k < handles.size(); ++k) {
+    void* p = nullptr;
+    ASSERT_EQ(strata_residency_acquire(r, handles[k], nullptr, &p), STRATA_OK)
+        << "buffer " << k << ": " << strata_last_error_message();
+    wait_idle(a);
+    const std::vector<unsigned char> want(3 * mib, static_cast<unsigned char>(k + 1));
+    EXPECT_EQ(std::memcmp(p, want.data(), want.size()), 0)
+        << "buffer " << k << " came back changed";
+    ASSERT_EQ(strata_residency_release(r, handles[k], nullptr), STRATA_OK);
+  }
+  EXPECT_GT(stat_of(r, "fills_from_nvme"), 0);
+  EXPECT_GT(stat_of(r, "bytes_moved"), static_cast<long long>(8 * mib));
+  for (const std::uint64_t h : handles) EXPECT_EQ(strata_residency_unregister(r, h), STRATA_OK);
+  EXPECT_EQ(stat_of(r, "device_bytes") + stat_of(r, "host_bytes") + stat_of(r, "nvme_bytes"), 0);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
+TEST(ResidencyC, ErrorsAreClear) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK);
+  strata_residency* r = nullptr;
+  EXPECT_EQ(strata_residency_create(a, "host_kept:2", &r), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "host_kept"), nullptr);
+  EXPECT_EQ(strata_residency_create(nullptr, "", &r), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_create(a, "", nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_create(a, "nvme_dir:/no/such/dir", &r), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "/no/such/dir"), nullptr);
+  ::setenv("STRATA_CONF", "nvme_queue_depth:0", 1);
+  EXPECT_EQ(strata_residency_create(a, nullptr, &r), STRATA_ERROR_INVALID_ARGUMENT)
+      << "NULL conf reads STRATA_CONF";
+  ::unsetenv("STRATA_CONF");
+
+  ASSERT_EQ(strata_residency_create(a, "", &r), STRATA_OK) << strata_last_error_message();
+  std::uint64_t h = 0;
+  EXPECT_EQ(strata_residency_register(r, 0, STRATA_BUFFER_OTHER, STRATA_EVICTABLE, &h),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      strata_residency_register(r, 100, static_cast<strata_buffer_kind>(9), STRATA_EVICTABLE, &h),
+      STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_register(r, 100, STRATA_BUFFER_OTHER,
+                                      static_cast<strata_residency_policy>(7), &h),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(strata_residency_register(r, 100, STRATA_BUFFER_GRADIENT, STRATA_PINNED_ON_DEVICE, &h),
+            STRATA_OK);
+  strata_status why = STRATA_OK;
+  EXPECT_EQ(c_tier_of(r, h, &why), STRATA_TIER_NONE) << "no storage before the first acquire";
+  EXPECT_EQ(c_tier_of(r, h + 1000, &why), -1);
+  EXPECT_EQ(why, STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_release(r, h, nullptr), STRATA_ERROR_INVALID_ARGUMENT)
+      << "not acquired";
+  void* p = nullptr;
+  EXPECT_EQ(strata_residency_acquire(r, h + 1000, nullptr, &p), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_acquire(r, h, nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+  ASSERT_EQ(strata_residency_acquire(r, h, nullptr, &p), STRATA_OK);
+  EXPECT_EQ(strata_residency_unregister(r, h), STRATA_ERROR_INVALID_ARGUMENT) << "still acquired";
+
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "residency manager"), nullptr);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK) << "frees the acquired buffer too";
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_register(r, 100, STRATA_BUFFER_OTHER, STRATA_EVICTABLE, &h),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "destroyed"), nullptr);
+  char* json = nullptr;
+  EXPECT_EQ(strata_residency_stats_json(nullptr, &json), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  EXPECT_EQ(strata_residency_create(a, "", &r), STRATA_ERROR_INVALID_ARGUMENT)
+      << "a destroyed allocator";
+}
+
+}  // namespace
+}  // namespace strata::testing

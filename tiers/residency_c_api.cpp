@@ -1,0 +1,139 @@
+// The residency manager's C API (strata/residency.h); handles and errors as
+// allocator/c_handle.hpp describes.
+#include <string>
+
+#include "c_handle.hpp"
+#include "residency_manager.hpp"
+#include "strata/residency.h"
+
+struct strata_residency {
+  std::atomic<strata::residency_manager*> impl{nullptr};
+  strata_allocator* allocator = nullptr;  // its `users` counts this manager
+};
+
+namespace {
+
+static_assert(static_cast<int>(strata::tier::nvme) == STRATA_TIER_NVME &&
+              static_cast<int>(strata::buffer_kind::other) == STRATA_BUFFER_OTHER &&
+              static_cast<int>(strata::residency_policy::pinned_on_device) ==
+                  STRATA_PINNED_ON_DEVICE);
+
+using strata::c_api::fail;
+using strata::c_api::to_c;
+
+strata::residency_manager* get(strata_residency* r) {
+  return r == nullptr ? nullptr : r->impl.load(std::memory_order_acquire);
+}
+
+strata_status no_manager(strata_residency* r) {
+  return fail(strata::errc::invalid_argument, r == nullptr ? "null residency manager handle"
+                                                           : "the residency manager was destroyed");
+}
+
+strata_status null_output() {
+  return fail(strata::errc::invalid_argument, "null output pointer");
+}
+
+}  // namespace
+
+extern "C" {
+
+strata_status strata_residency_create(strata_allocator* allocator, const char* conf,
+                                      strata_residency** out) {
+  if (out == nullptr) return null_output();
+  strata::caching_allocator* device =
+      allocator == nullptr ? nullptr : allocator->impl.load(std::memory_order_acquire);
+  if (device == nullptr) {
+    return fail(strata::errc::invalid_argument,
+                allocator == nullptr ? "null allocator handle" : "the allocator was destroyed");
+  }
+  auto options =
+      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  if (!options) return fail(options.error());
+  auto made =
+      strata::residency_manager::create(*device, strata::residency_options::from(options->offload));
+  if (!made) return fail(made.error());
+  auto* handle = strata::c_api::new_slot<strata_residency>();
+  handle->allocator = allocator;
+  allocator->users.fetch_add(1, std::memory_order_acq_rel);
+  handle->impl.store(made->release(), std::memory_order_release);
+  *out = handle;
+  return STRATA_OK;
+}
+
+strata_status strata_residency_destroy(strata_residency* r) {
+  if (r == nullptr) return no_manager(r);
+  strata::residency_manager* impl = r->impl.exchange(nullptr, std::memory_order_acq_rel);
+  if (impl == nullptr) return no_manager(r);
+  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  r->allocator->users.fetch_sub(1, std::memory_order_acq_rel);
+  return STRATA_OK;
+}
+
+strata_status strata_residency_register(strata_residency* r, size_t bytes, strata_buffer_kind kind,
+                                        strata_residency_policy policy, uint64_t* handle) {
+  auto* impl = get(r);
+  if (impl == nullptr) return no_manager(r);
+  if (handle == nullptr) return null_output();
+  if (kind < STRATA_BUFFER_PARAMETER || kind > STRATA_BUFFER_OTHER) {
+    return fail(strata::errc::invalid_argument, "unknown buffer kind");
+  }
+  if (policy != STRATA_EVICTABLE && policy != STRATA_PINNED_ON_DEVICE) {
+    return fail(strata::errc::invalid_argument, "unknown residency policy");
+  }
+  auto h = impl->register_buffer(bytes, static_cast<strata::buffer_kind>(kind),
+                                 static_cast<strata::residency_policy>(policy));
+  if (!h) return fail(h.error());
+  *handle = *h;
+  return STRATA_OK;
+}
+
+strata_status strata_residency_acquire(strata_residency* r, uint64_t handle, void* stream,
+                                       void** out) {
+  auto* impl = get(r);
+  if (impl == nullptr) return no_manager(r);
+  if (out == nullptr) return null_output();
+  auto p = impl->acquire(handle, stream);
+  if (!p) return fail(p.error());
+  *out = *p;
+  return STRATA_OK;
+}
+
+strata_status strata_residency_release(strata_residency* r, uint64_t handle, void* stream) {
+  auto* impl = get(r);
+  return impl != nullptr ? to_c(impl->release(handle, stream)) : no_manager(r);
+}
+
+strata_status strata_residency_unregister(strata_residency* r, uint64_t handle) {
+  auto* impl = get(r);
+  return impl != nullptr ? to_c(impl->unregister(handle)) : no_manager(r);
+}
+
+strata_status strata_residency_where(strata_residency* r, uint64_t handle, strata_tier* out) {
+  auto* impl = get(r);
+  if (impl == nullptr) return no_manager(r);
+  if (out == nullptr) return null_output();
+  auto t = impl->where(handle);
+  if (!t) return fail(t.error());
+  *out = static_cast<strata_tier>(*t);
+  return STRATA_OK;
+}
+
+strata_status strata_residency_stats_json(strata_residency* r, char** out) {
+  auto* impl = get(r);
+  if (impl == nullptr) return no_manager(r);
+  const auto c = impl->stats();
+  const std::pair<const char*, std::uint64_t> fields[] = {
+      {"device_bytes", c.device_bytes},       {"host_bytes", c.host_bytes},
+      {"nvme_bytes", c.nvme_bytes},           {"spills_to_host", c.spills_to_host},
+      {"spills_to_nvme", c.spills_to_nvme},   {"fills_from_host", c.fills_from_host},
+      {"fills_from_nvme", c.fills_from_nvme}, {"bytes_moved", c.bytes_moved},
+      {"staging_bytes", c.staging_bytes},     {"fill_wait_ns", c.fill_wait_ns}};
+  std::string json = "{";
+  for (const auto& [name, value] : fields) {
+    json += (json.size() > 1 ? ",\"" : "\"") + std::string(name) + "\":" + std::to_string(value);
+  }
+  return strata::c_api::copy_out(json + "}", out);
+}
+
+}  // extern "C"
