@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view accepted_keys =
     "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
     "report_on_exit, host_capacity, host_chunk, host_large, host_kept, nvme_dir, "
-    "nvme_block_size, nvme_queue_depth, nvme_capacity";
+    "nvme_block_size, nvme_queue_depth, nvme_capacity, nvme_verify";
 
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
@@ -109,6 +109,13 @@ result<bool> apply_offload(offload_options& o, const conf_item& item) {
                      "' for 'nvme_queue_depth': expected a count from 1 to 4096");
     }
     o.nvme_queue_depth = static_cast<unsigned>(*v);
+    return true;
+  }
+  if (item.key == "nvme_verify") {
+    if (item.value != "true" && item.value != "false") {
+      return invalid("bad value '" + item.value + "' for 'nvme_verify': expected true or false");
+    }
+    o.nvme_verify = item.value == "true";
     return true;
   }
   if (item.key == "nvme_dir") {

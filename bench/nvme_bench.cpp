@@ -52,11 +52,13 @@ double fio_bandwidth(const std::string& fio_args, const char* rw) {
 
 struct run {
   double write = 0;  // bytes/s
+  double verify = 0;
   double read = 0;
 };
 
-// Writes `count` extents of `extent` bytes through a fresh store, reads them
-// back, checks the bytes; the store's file goes away at the end.
+// Writes `count` extents of `extent` bytes through a fresh store, verifies
+// them (the residency manager's read-back of a spill), reads them back,
+// checks the bytes; the store's file goes away at the end.
 bool store_run(const strata::nvme_options& o, const unsigned char* src, unsigned char* dst,
                std::size_t extent, std::size_t count, run& r) {
   auto store = strata::nvme_store::open(o);
@@ -75,6 +77,14 @@ bool store_run(const strata::nvme_options& o, const unsigned char* src, unsigned
     ids.push_back(*id);
   }
   r.write = static_cast<double>(count * extent) / seconds_since(t0);
+  t0 = clock_type::now();
+  for (const std::uint64_t id : ids) {
+    if (auto s = (*store)->verify(id); !s) {
+      std::fprintf(stderr, "nvme_bench: verify: %s\n", s.to_string().c_str());
+      return false;
+    }
+  }
+  r.verify = static_cast<double>(count * extent) / seconds_since(t0);
   t0 = clock_type::now();
   for (const std::uint64_t id : ids) {
     if (auto s = (*store)->read(id, dst, extent); !s) {
@@ -130,7 +140,8 @@ int main(int argc, char** argv) {
       "--name=strata-nvme-bench --directory=" + o.directory +
       " --size=" + std::to_string(count * extent) + " --bs=" + std::to_string(o.block_size) +
       " --iodepth=" + std::to_string(o.queue_depth) + " --ioengine=io_uring --direct=1 --numjobs=1";
-  std::vector<double> sw;  // store write, store read, fio write, fio read
+  std::vector<double> sw;  // store write, verify, read; fio write, read
+  std::vector<double> sv;
   std::vector<double> sr;
   std::vector<double> fw;
   std::vector<double> fr;
@@ -150,6 +161,7 @@ int main(int argc, char** argv) {
       }
     }
     sw.push_back(store.write);
+    sv.push_back(store.verify);
     sr.push_back(store.read);
     fw.push_back(fio.write);
     fr.push_back(fio.read);
@@ -167,6 +179,8 @@ int main(int argc, char** argv) {
               median(sw) / median(fw));
   std::printf("%-8s %12.2f %12.2f %8.2f\n", "read", median(sr) / gib, median(fr) / gib,
               median(sr) / median(fr));
+  std::printf("%-8s %12.2f %12s %8s  (read back and checked, no fio counterpart)\n", "verify",
+              median(sv) / gib, "-", "-");
   std::printf("nvme vs fio: read %.2f, write %.2f\n", median(sr) / median(fr),
               median(sw) / median(fw));
   return 0;

@@ -19,6 +19,22 @@ namespace {
 
 constexpr char trailer_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'X', '1'};
 
+// The trailer block of extent `id`: magic, id, bytes, crc32c, zeros.
+void write_trailer(unsigned char* t, std::size_t block, std::uint64_t id, std::uint64_t bytes,
+                   std::uint32_t crc) {
+  std::memset(t, 0, block);
+  std::memcpy(t, trailer_magic, sizeof trailer_magic);
+  const std::uint64_t fields[2] = {id, bytes};
+  std::memcpy(t + 8, fields, sizeof fields);
+  std::memcpy(t + 24, &crc, sizeof crc);
+}
+
+// One block-aligned block inside `storage` (2 blocks long).
+unsigned char* aligned_block(std::vector<unsigned char>& storage, std::size_t block) {
+  const auto at = reinterpret_cast<std::uintptr_t>(storage.data());
+  return storage.data() + (block - at % block) % block;
+}
+
 std::string why(int error) {
   return std::system_category().message(error);
 }
@@ -171,7 +187,9 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
   status error;
   while (in_flight > 0 || (error.ok() && next_submit < n)) {
     unsigned queued = 0;
-    while (error.ok() && next_submit < n && in_flight < options_.queue_depth) {
+    // A sink read holds each slot until its bytes are checked, in order.
+    while (error.ok() && next_submit < n && in_flight < options_.queue_depth &&
+           !free_slots.empty()) {
       const std::size_t i = next_submit;
       request& r = reqs[i];
       if (i == data_requests) {  // the trailer, after every data request
@@ -184,7 +202,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
         r.useful = std::min(r.length, bytes - r.user);
         const bool aligned =
             reinterpret_cast<std::uintptr_t>(user + r.user) % block_ == 0 && r.useful == r.length;
-        r.bounced = !aligned;
+        r.bounced = user == nullptr || !aligned;
         r.buffer = user + r.user;
       }
       if (r.bounced) {
@@ -215,6 +233,9 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
       ++in_flight;
       ++queued;
     }
+    if (in_flight == 0) {  // cannot happen: a held slot waits on a request in flight
+      return {errc::io_error, "nvme store: no request in flight and none could be submitted"};
+    }
     if (queued > 0) {
       if (int rc = io_uring_submit(&ring_); rc < 0 && error.ok()) {
         error = {errc::io_error, "nvme store: io_uring_submit failed: " + why(-rc)};
@@ -234,12 +255,15 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
     if (result != static_cast<int>(r.length)) {
       if (error.ok()) error = fail(kind, r, result);
     } else if (kind == io_kind::read) {
-      if (r.bounced) std::memcpy(user + r.user, r.buffer, r.useful);
+      if (r.bounced && user != nullptr) std::memcpy(user + r.user, r.buffer, r.useful);
       done[i] = 1;
       while (next_check < next_submit && done[next_check] != 0) {
-        check(user + reqs[next_check].user, reqs[next_check].useful);
+        const request& c = reqs[next_check];
+        check(user != nullptr ? user + c.user : c.buffer, c.useful);
+        if (user == nullptr) free_slots.push_back(slot_of[next_check]);
         ++next_check;
       }
+      if (user == nullptr) continue;  // its slot went back once checked
     }
     if (r.bounced) free_slots.push_back(slot_of[i]);
   }
@@ -269,19 +293,12 @@ result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
   auto* user = const_cast<unsigned char*>(static_cast<const unsigned char*>(src));  // only read
   const std::uint64_t id = next_id_;
   // The trailer says whose extent this is; it goes out with the data.
-  std::vector<unsigned char> trailer_storage(2 * block_, 0);
-  unsigned char* trailer =
-      trailer_storage.data() +
-      (block_ - reinterpret_cast<std::uintptr_t>(trailer_storage.data()) % block_) % block_;
+  std::vector<unsigned char> trailer_storage(2 * block_);
+  unsigned char* trailer = aligned_block(trailer_storage, block_);
   const status st = transfer(
       io_kind::write, *offset, user, bytes,
       [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, trailer,
-      [&](unsigned char* t) {
-        std::memcpy(t, trailer_magic, sizeof trailer_magic);
-        const std::uint64_t fields[2] = {id, bytes};
-        std::memcpy(t + 8, fields, sizeof fields);
-        std::memcpy(t + 24, &crc, sizeof crc);
-      });
+      [&](unsigned char* t) { write_trailer(t, block_, id, bytes, crc); });
   if (!st) {
     space_.give(*offset, span);
     ++stats_.failed;
@@ -310,21 +327,58 @@ status nvme_store::read(std::uint64_t id, void* dst, std::size_t bytes) {
       io_kind::read, e.offset, static_cast<unsigned char*>(dst), bytes,
       [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, nullptr,
       [](unsigned char*) {});
-  if (st && crc != e.crc) {
-    char text[160];
-    std::snprintf(text, sizeof text,
-                  "extent %llu (%zu bytes at offset %llu) failed its checksum: stored crc32c "
-                  "0x%08x, read 0x%08x",
-                  static_cast<unsigned long long>(id), e.bytes,
-                  static_cast<unsigned long long>(e.offset), e.crc, crc);
-    st = {errc::io_error, "nvme store in " + options_.directory + ": " + text};
-  }
+  if (st && crc != e.crc) st = mismatch(id, e, crc, "failed its checksum");
   if (!st) {
     ++stats_.failed;
     return st;
   }
   stats_.bytes_read += bytes;
   return {};
+}
+
+status nvme_store::mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc,
+                            const char* what) {
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "extent %llu (%zu bytes at offset %llu) %s: stored crc32c 0x%08x, read 0x%08x",
+                static_cast<unsigned long long>(id), e.bytes,
+                static_cast<unsigned long long>(e.offset), what, e.crc, read_crc);
+  return {errc::io_error, "nvme store in " + options_.directory + ": " + text};
+}
+
+status nvme_store::verify(std::uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = extents_.find(id);
+  if (it == extents_.end()) return invalid("no extent " + std::to_string(id));
+  const extent e = it->second;
+  if (bounce(0) == nullptr) {
+    return {errc::out_of_memory, "nvme store: no host memory for bounce buffers"};
+  }
+  // A sink read: the bytes pass through the bounce buffers, checksummed in
+  // order, and go nowhere. Then the trailer, block for block.
+  std::uint32_t crc = 0;
+  const auto none = [](const unsigned char*, std::size_t) {};
+  const auto no_trailer = [](unsigned char*) {};
+  status st = transfer(
+      io_kind::read, e.offset, nullptr, e.bytes,
+      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, nullptr, no_trailer);
+  if (st && crc != e.crc) st = mismatch(id, e, crc, "does not read back as written");
+  std::vector<unsigned char> read_storage(2 * block_);
+  std::vector<unsigned char> expected(block_);
+  unsigned char* trailer = aligned_block(read_storage, block_);
+  if (st)
+    st = transfer(io_kind::read, e.offset + e.span - block_, trailer, block_, none, nullptr,
+                  no_trailer);
+  if (st) {
+    write_trailer(expected.data(), block_, id, e.bytes, e.crc);
+    if (std::memcmp(trailer, expected.data(), block_) != 0) {
+      std::uint32_t stored = 0;
+      std::memcpy(&stored, trailer + 24, sizeof stored);
+      st = mismatch(id, e, stored, "has a trailer that does not read back as written");
+    }
+  }
+  if (!st) ++stats_.failed;
+  return st;
 }
 
 status nvme_store::erase(std::uint64_t id) {

@@ -93,6 +93,13 @@ class nvme_store {
   /// Reads extent `id` into `dst` (`bytes` must be its size) and checks its
   /// checksum. Errors: invalid_argument (unknown id, wrong size), io_error.
   status read(std::uint64_t id, void* dst, std::size_t bytes);
+  /// Reads extent `id` and its trailer back from the disk through the
+  /// store's own buffers and checks them against the checksum and the id
+  /// recorded at write(): what a caller runs before it drops its own copy.
+  /// Costs one read of the extent, pipelined as read() is. Errors:
+  /// invalid_argument (unknown id), io_error (a failed read, a mismatch,
+  /// naming the extent), out_of_memory (no host memory for the buffers).
+  status verify(std::uint64_t id);
   /// Frees extent `id`. Errors: invalid_argument for an unknown id.
   status erase(std::uint64_t id);
 
@@ -135,6 +142,8 @@ class nvme_store {
   // they are submitted (writes). Needs mu_.
   // A write may end with `trailer` (one logical block), filled by `fill`
   // once every data request is submitted, and written in the same pipeline.
+  // A read with a null `user` is a sink: every request goes through a bounce
+  // buffer, which `check` sees, held until it has.
   template <class Check, class Fill>
   status transfer(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
                   Check check, unsigned char* trailer, Fill fill);
@@ -144,6 +153,7 @@ class nvme_store {
   // at least 256 MiB. ENOSPC here is out_of_memory, before any data moves.
   status reserve_file(std::uint64_t end);
   unsigned char* bounce(std::size_t slot);
+  status mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc, const char* what);
 
   nvme_options options_;
   int fd_;

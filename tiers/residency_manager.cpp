@@ -24,6 +24,7 @@ residency_options residency_options::from(const offload_options& o) {
   r.nvme.block_size = o.nvme_block_size;
   r.nvme.queue_depth = o.nvme_queue_depth;
   r.nvme.capacity = o.nvme_capacity;
+  r.verify_nvme = o.nvme_verify;
   return r;
 }
 
@@ -39,8 +40,8 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(
   }
   auto stream = device.dev().create_stream();
   if (!stream) return stream.error();
-  std::unique_ptr<residency_manager> m(
-      new residency_manager(device, std::move(*host), std::move(nvme), *stream));
+  std::unique_ptr<residency_manager> m(new residency_manager(
+      device, std::move(*host), std::move(nvme), *stream, options.verify_nvme));
   auto event = device.dev().create_event();
   if (!event) return event.error();
   m->copy_done_ = *event;
@@ -51,8 +52,13 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(
 
 residency_manager::residency_manager(caching_allocator& device,
                                      std::unique_ptr<pinned_host_pool> host,
-                                     std::unique_ptr<nvme_store> nvme, stream_handle copy_stream)
-    : dev_(device), host_(std::move(host)), nvme_(std::move(nvme)), copy_stream_(copy_stream) {}
+                                     std::unique_ptr<nvme_store> nvme, stream_handle copy_stream,
+                                     bool verify_nvme)
+    : dev_(device),
+      host_(std::move(host)),
+      nvme_(std::move(nvme)),
+      verify_nvme_(verify_nvme),
+      copy_stream_(copy_stream) {}
 
 residency_manager::~residency_manager() {
   if (handler_ != 0) (void)dev_.remove_pressure_handler(handler_);
@@ -157,6 +163,12 @@ status residency_manager::spill_to_nvme(buffer& b) {
   }
   auto extent = nvme_->write(b.host, b.bytes);  // returns once written with its checksum
   if (!extent) return extent.error();
+  if (verify_nvme_) {
+    if (auto read_back = nvme_->verify(*extent); !read_back) {
+      (void)nvme_->erase(*extent);  // the host copy stays the buffer's
+      return read_back;
+    }
+  }
   host_->free(b.host);
   b.host = nullptr;
   b.extent = *extent;

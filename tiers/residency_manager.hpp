@@ -12,8 +12,9 @@
 // Spills go device -> host -> NVMe, fills the other way, bytes exact. A
 // buffer leaves a tier only after its copy in the next one is complete: the
 // device-to-host copy is synchronized before the device block is freed, the
-// NVMe write has returned (checksum written with it) before the host copy is
-// freed, and an NVMe read is checked against its checksum before use. Any
+// NVMe write has returned (checksum written with it) and been read back and
+// checked (verify_nvme, on by default) before the host copy is freed, and an
+// NVMe read is checked against its checksum before use. Any
 // failure on the way leaves the buffer where it was.
 //
 // Eviction picks among released, evictable buffers (policy `evictable`) the
@@ -58,6 +59,8 @@ enum class tier : std::uint8_t { none, device, host, nvme };
 struct residency_options {
   pinned_pool_options host;
   nvme_options nvme;  ///< an empty directory: no NVMe tier
+  /// Read each spill to NVMe back and check it before freeing the host copy.
+  bool verify_nvme = offload_options{}.nvme_verify;
   /// The options STRATA_CONF's offload keys give (docs/configuration.md).
   static residency_options from(const offload_options& o);
 };
@@ -134,7 +137,7 @@ class residency_manager {
   };
 
   residency_manager(caching_allocator& device, std::unique_ptr<pinned_host_pool> host,
-                    std::unique_ptr<nvme_store> nvme, stream_handle copy_stream);
+                    std::unique_ptr<nvme_store> nvme, stream_handle copy_stream, bool verify_nvme);
   // A released device (or host) buffer to move down, or null.
   buffer* victim(tier from);
   status spill_to_host(buffer& b);
@@ -160,6 +163,7 @@ class residency_manager {
   caching_allocator& dev_;
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
+  bool verify_nvme_;
   stream_handle copy_stream_;
   event_handle copy_done_{};
   std::recursive_mutex mu_;

@@ -41,6 +41,9 @@ struct offload_options {
   unsigned nvme_queue_depth = 32;
   /// Most bytes in the NVMe file; 0: until the disk is full.
   std::uint64_t nvme_capacity = 0;
+  /// Read every spill back from the disk and check it before the host copy
+  /// is freed (one more read of each spilled buffer).
+  bool nvme_verify = true;
 };
 
 struct allocator_options {

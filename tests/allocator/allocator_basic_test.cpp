@@ -262,7 +262,8 @@ TEST(AllocatorConf, BadConfNamesTheKey) {
 TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
   auto o = parse_allocator_conf(
       "device:sim,host_capacity:8GiB,host_chunk:4MiB,host_large:1MiB,host_kept:0.1,"
-      "nvme_dir:/mnt/nvme/strata,nvme_block_size:512KiB,nvme_queue_depth:64,nvme_capacity:1TiB");
+      "nvme_dir:/mnt/nvme/strata,nvme_block_size:512KiB,nvme_queue_depth:64,nvme_capacity:1TiB,"
+      "nvme_verify:false");
   ASSERT_TRUE(o.ok()) << o.error().to_string();
   EXPECT_EQ(o->offload.host_capacity, 8ULL << 30);
   EXPECT_EQ(o->offload.host_chunk, 4u << 20);
@@ -272,6 +273,8 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
   EXPECT_EQ(o->offload.nvme_block_size, 512u << 10);
   EXPECT_EQ(o->offload.nvme_queue_depth, 64u);
   EXPECT_EQ(o->offload.nvme_capacity, 1ULL << 40);
+  EXPECT_FALSE(o->offload.nvme_verify);
+  EXPECT_TRUE(parse_allocator_conf("")->offload.nvme_verify) << "spills are verified by default";
   auto none = parse_allocator_conf("host_capacity:none,nvme_capacity:none");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->offload.host_capacity, 0u);
@@ -286,7 +289,7 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
         bad{"host_chunk:1KiB", "64KiB to 1GiB"}, bad{"host_large:lots", "'host_large'"},
         bad{"host_kept:1.5", "[0, 1]"}, bad{"nvme_queue_depth:0", "1 to 4096"},
         bad{"nvme_queue_depth:5000", "1 to 4096"}, bad{"nvme_block_size:100", "4KiB to 1GiB"},
-        bad{"nvme_capacity:-1", "'nvme_capacity'"},
+        bad{"nvme_capacity:-1", "'nvme_capacity'"}, bad{"nvme_verify:maybe", "true or false"},
         bad{"host_capacity:1GiB,host_capacity:2GiB", "twice"}}) {
     auto r = parse_allocator_conf(b.conf);
     ASSERT_FALSE(r.ok()) << b.conf;

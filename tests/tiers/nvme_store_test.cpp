@@ -249,6 +249,44 @@ TEST(NvmeStore, CorruptedAndFailedReadsAreErrorsNamingTheExtent) {
   }
 }
 
+TEST(NvmeStore, VerifyReadsTheExtentBackAndNamesAMismatch) {
+  // 3 MiB + 100 bytes in 1 MiB requests: 4 data reads, then the trailer's.
+  one_fault data_flip(io_kind::read, 2, 0);
+  OPEN_OR_SKIP(store, opts(1 << 20, 2), &data_flip);
+  const auto data = pattern((3 << 20) + 100, 11);
+  auto id = store->write(data.data(), data.size());
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  const status flipped = store->verify(*id);
+  EXPECT_EQ(flipped.code(), errc::io_error);
+  EXPECT_NE(flipped.message().find("extent " + std::to_string(*id)), std::string::npos);
+  EXPECT_NE(flipped.message().find("does not read back as written"), std::string::npos)
+      << flipped.message();
+  EXPECT_TRUE(store->verify(*id).ok()) << "the disk holds the right bytes: the fault fired once";
+  std::vector<unsigned char> back(data.size());
+  ASSERT_TRUE(store->read(*id, back.data(), back.size()).ok());
+  EXPECT_EQ(back, data);
+  EXPECT_EQ(store->verify(*id + 99).code(), errc::invalid_argument);
+}
+
+TEST(NvmeStore, VerifyChecksTheTrailerAndFailedReads) {
+  one_fault trailer_flip(io_kind::read, 5, 0);
+  OPEN_OR_SKIP(store, opts(1 << 20, 2), &trailer_flip);
+  const auto data = pattern((3 << 20) + 100, 12);
+  auto id = store->write(data.data(), data.size());
+  ASSERT_TRUE(id.ok());
+  const status st = store->verify(*id);
+  EXPECT_EQ(st.code(), errc::io_error);
+  EXPECT_NE(st.message().find("trailer"), std::string::npos) << st.message();
+  one_fault eio(io_kind::read, 1, -EIO);
+  OPEN_OR_SKIP(other, opts(1 << 20, 2), &eio);
+  auto id2 = other->write(data.data(), data.size());
+  ASSERT_TRUE(id2.ok());
+  const status failed = other->verify(*id2);
+  EXPECT_EQ(failed.code(), errc::io_error);
+  EXPECT_NE(failed.message().find("read of"), std::string::npos) << failed.message();
+  EXPECT_EQ(other->stats().failed, 1u);
+}
+
 TEST(NvmeStore, RandomizedConcurrentUseKeepsEveryByte) {
   OPEN_OR_SKIP(store, opts(128 << 10, 8));
   constexpr unsigned seed = 20261122;
