@@ -38,10 +38,15 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(
     if (!store) return store.error();
     nvme = std::move(*store);
   }
-  auto stream = device.dev().create_stream();
-  if (!stream) return stream.error();
-  std::unique_ptr<residency_manager> m(new residency_manager(
-      device, std::move(*host), std::move(nvme), *stream, options.verify_nvme));
+  std::unique_ptr<residency_manager> m(
+      new residency_manager(device, std::move(*host), std::move(nvme), options.verify_nvme));
+  // Two copy streams: a spill's device-to-host copy need not queue behind
+  // fills in flight (the two directions overlap on the bus).
+  for (stream_handle* s : {&m->spill_stream_, &m->fill_stream_}) {
+    auto stream = device.dev().create_stream();
+    if (!stream) return stream.error();
+    *s = *stream;
+  }
   auto event = device.dev().create_event();
   if (!event) return event.error();
   m->copy_done_ = *event;
@@ -52,13 +57,8 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(
 
 residency_manager::residency_manager(caching_allocator& device,
                                      std::unique_ptr<pinned_host_pool> host,
-                                     std::unique_ptr<nvme_store> nvme, stream_handle copy_stream,
-                                     bool verify_nvme)
-    : dev_(device),
-      host_(std::move(host)),
-      nvme_(std::move(nvme)),
-      verify_nvme_(verify_nvme),
-      copy_stream_(copy_stream) {}
+                                     std::unique_ptr<nvme_store> nvme, bool verify_nvme)
+    : dev_(device), host_(std::move(host)), nvme_(std::move(nvme)), verify_nvme_(verify_nvme) {}
 
 residency_manager::~residency_manager() {
   if (handler_ != 0) (void)dev_.remove_pressure_handler(handler_);
@@ -66,8 +66,11 @@ residency_manager::~residency_manager() {
   for (auto& [handle, b] : buffers_) drop(b);
   device& d = dev_.dev();
   if (copy_done_.native != nullptr) (void)d.destroy_event(copy_done_);
-  (void)d.synchronize_stream(copy_stream_);
-  (void)d.destroy_stream(copy_stream_);
+  for (const stream_handle s : {spill_stream_, fill_stream_}) {
+    if (s.native == nullptr) continue;
+    (void)d.synchronize_stream(s);
+    (void)d.destroy_stream(s);
+  }
 }
 
 std::uint64_t& residency_manager::tier_bytes(tier t) {
@@ -135,10 +138,10 @@ status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, const event_handle* after) {
   device& d = dev_.dev();
   if (after != nullptr) {
-    if (auto s = d.stream_wait_event(copy_stream_, *after); !s) return s;
+    if (auto s = d.stream_wait_event(spill_stream_, *after); !s) return s;
   }
-  if (auto s = d.copy_async(dst, src, bytes, direction, copy_stream_); !s) return s;
-  if (auto s = d.record_event(copy_done_, copy_stream_); !s) return s;
+  if (auto s = d.copy_async(dst, src, bytes, direction, spill_stream_); !s) return s;
+  if (auto s = d.record_event(copy_done_, spill_stream_); !s) return s;
   return d.synchronize_event(copy_done_);
 }
 
@@ -263,11 +266,11 @@ status residency_manager::fill(buffer& b, void* stream) {
     b.filled = *e;
     b.has_fill_event = true;
   }
-  status queued = d.copy_async(*dev, b.host, b.bytes, copy_direction::host_to_device, copy_stream_);
-  if (queued) queued = d.record_event(b.filled, copy_stream_);
+  status queued = d.copy_async(*dev, b.host, b.bytes, copy_direction::host_to_device, fill_stream_);
+  if (queued) queued = d.record_event(b.filled, fill_stream_);
   if (queued) queued = d.stream_wait_event(stream_handle{stream}, b.filled);
   if (!queued) {
-    (void)d.synchronize_stream(copy_stream_);  // nothing may still read b.host
+    (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
     (void)dev_.free(*dev);
     return queued;
   }

@@ -24,7 +24,8 @@
 // buffers first.
 //
 // Device memory comes from the caching allocator (device-wide malloc/free);
-// copies run on the manager's own stream. Spills wait for their copy. Fills
+// copies run on the manager's own two streams, one per direction, so a
+// spill does not queue behind fills. Spills wait for their copy. Fills
 // are stream-ordered: the host-to-device copy is queued with an event the
 // acquiring stream waits on, so acquire returns at once and the bytes are
 // there for work queued on that stream afterwards; the host memory of a
@@ -132,12 +133,12 @@ class residency_manager {
     event_handle released{};        // recorded on the releasing stream
     bool has_release_event = false;
     void* staging = nullptr;  // host memory of a fill in flight
-    event_handle filled{};    // recorded on the copy stream after a fill
+    event_handle filled{};    // recorded on the fill stream after a fill
     bool has_fill_event = false;
   };
 
   residency_manager(caching_allocator& device, std::unique_ptr<pinned_host_pool> host,
-                    std::unique_ptr<nvme_store> nvme, stream_handle copy_stream, bool verify_nvme);
+                    std::unique_ptr<nvme_store> nvme, bool verify_nvme);
   // A released device (or host) buffer to move down, or null.
   buffer* victim(tier from);
   status spill_to_host(buffer& b);
@@ -151,7 +152,7 @@ class residency_manager {
   void retire_finished();
   // Device memory for `bytes`, spilling released buffers while it is short.
   result<void*> device_memory(std::size_t bytes);
-  // Copies on the manager's stream and waits for the copy.
+  // Copies on the spill stream and waits for the copy.
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
   void drop(buffer& b);
@@ -164,8 +165,9 @@ class residency_manager {
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;
-  stream_handle copy_stream_;
-  event_handle copy_done_{};
+  stream_handle spill_stream_{};  // device-to-host copies, waited for
+  stream_handle fill_stream_{};   // host-to-device copies, stream-ordered
+  event_handle copy_done_{};      // a spill's copy
   std::recursive_mutex mu_;
   std::unordered_map<std::uint64_t, buffer> buffers_;
   std::uint64_t next_handle_ = 1;
