@@ -172,6 +172,10 @@ status nvme_store::reserve_file(std::uint64_t end) {
 template <class Check, class Fill>
 status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* user,
                             std::size_t bytes, Check check, unsigned char* trailer, Fill fill) {
+  if (!ring_failure_.empty()) {
+    return {errc::io_error,
+            "nvme store: its io_uring failed earlier (" + ring_failure_ + "); open a new store"};
+  }
   const std::size_t span = space_.rounded(bytes);
   const std::size_t bs = options_.block_size;
   const std::size_t data_requests = (span + bs - 1) / bs;
@@ -200,10 +204,10 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
         r.offset = offset + r.user;
         r.length = std::min(bs, span - r.user);
         r.useful = std::min(r.length, bytes - r.user);
-        const bool aligned =
-            reinterpret_cast<std::uintptr_t>(user + r.user) % block_ == 0 && r.useful == r.length;
-        r.bounced = user == nullptr || !aligned;
-        r.buffer = user + r.user;
+        r.bounced = user == nullptr ||
+                    reinterpret_cast<std::uintptr_t>(user + r.user) % block_ != 0 ||
+                    r.useful != r.length;
+        r.buffer = r.bounced ? nullptr : user + r.user;  // a bounce slot below
       }
       if (r.bounced) {
         slot_of[i] = free_slots.back();
@@ -233,18 +237,29 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
       ++in_flight;
       ++queued;
     }
-    if (in_flight == 0) {  // cannot happen: a held slot waits on a request in flight
-      return {errc::io_error, "nvme store: no request in flight and none could be submitted"};
-    }
     if (queued > 0) {
-      if (int rc = io_uring_submit(&ring_); rc < 0 && error.ok()) {
-        error = {errc::io_error, "nvme store: io_uring_submit failed: " + why(-rc)};
+      if (int rc = io_uring_submit(&ring_); rc < 0) {
+        // This round never reached the disk; what went before is still
+        // reaped. Its entries stay queued in the ring, so the ring is done.
+        in_flight -= queued;
+        ring_failure_ = "io_uring_submit failed: " + why(-rc);
+        if (error.ok()) error = {errc::io_error, "nvme store: " + ring_failure_};
       }
     }
+    if (in_flight == 0) {  // an error stopped the submissions before any went out
+      if (error.ok()) error = {errc::io_error, "nvme store: no request could be submitted"};
+      break;
+    }
     io_uring_cqe* cqe = nullptr;
-    if (int rc = io_uring_wait_cqe(&ring_, &cqe); rc < 0) {
-      // The ring itself failed: nothing more can be reaped safely.
-      return {errc::io_error, "nvme store: io_uring_wait_cqe failed: " + why(-rc)};
+    int rc = 0;
+    do {
+      rc = io_uring_wait_cqe(&ring_, &cqe);
+    } while (rc == -EINTR);
+    if (rc < 0) {
+      // Requests in flight cannot be reaped; the ring is done (its teardown
+      // in the destructor waits for them).
+      ring_failure_ = "io_uring_wait_cqe failed: " + why(-rc);
+      return {errc::io_error, "nvme store: " + ring_failure_};
     }
     const auto i = static_cast<std::size_t>(io_uring_cqe_get_data64(cqe));
     int result = cqe->res;

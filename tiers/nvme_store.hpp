@@ -18,7 +18,8 @@
 // capacity are out_of_memory; each message names the directory, the
 // request's offset and length. A failed write frees its extent and leaves
 // the caller's bytes where they were; a failed read leaves the extent
-// stored.
+// stored. If the ring itself fails (io_uring_submit or io_uring_wait_cqe
+// returns an error), every later operation is an io_error saying so.
 //
 // Thread safety: every member may be called concurrently; operations run
 // one at a time (one ring, one mutex).
@@ -163,6 +164,7 @@ class nvme_store {
   std::mutex mu_;
   io_uring ring_{};
   bool ring_ready_ = false;
+  std::string ring_failure_;  // set when the ring itself failed: no more I/O
   extent_space space_;
   std::uint64_t allocated_ = 0;  // file bytes fallocate'd
   std::unordered_map<std::uint64_t, extent> extents_;
