@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::string_view accepted_keys =
     "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
-    "report_on_exit, host_capacity, host_chunk, host_large, host_kept, nvme_dir, "
+    "log_ooms, report_on_exit, host_capacity, host_chunk, host_large, host_kept, nvme_dir, "
     "nvme_block_size, nvme_queue_depth, nvme_capacity, nvme_verify";
 
 status invalid(std::string message) {
@@ -164,6 +164,13 @@ status apply(allocator_options& o, const conf_item& item) {
                      "' for 'wait_before_grow': expected true or false");
     }
     o.wait_before_grow = item.value == "true";
+    return {};
+  }
+  if (item.key == "log_ooms") {
+    if (item.value != "true" && item.value != "false") {
+      return invalid("bad value '" + item.value + "' for 'log_ooms': expected true or false");
+    }
+    o.log_ooms = item.value == "true";
     return {};
   }
   if (item.key == "trace_buffer") {

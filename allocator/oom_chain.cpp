@@ -97,7 +97,7 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
     text = rep.to_text();
     last_oom_ = std::move(rep);
   }
-  std::fprintf(stderr, "strata: %s\n", text.c_str());
+  if (options_.log_ooms) std::fprintf(stderr, "strata: %s\n", text.c_str());
   return status{errc::out_of_memory, std::move(text)};
 }
 

@@ -32,12 +32,20 @@ int main(int argc, char** argv) try {
   replay->add_option("--conf", ro.conf, "STRATA_CONF options (docs/configuration.md)");
   replay->add_option("--device-index", ro.device_index, "Which device trace of a PyTorch snapshot")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 16));
   replay->add_option("--json", ro.json_out, "Write the report as JSON to this file");
   replay->add_option("--html", ro.html_out, "Write the report as a self-contained HTML page");
-  replay->add_flag("--quiet", ro.quiet, "Print nothing but errors");
+  replay->add_option("--snapshot", ro.snapshot_out,
+                     "Write the replay's allocator state and event trace as a PyTorch memory "
+                     "snapshot pickle");
+  replay->add_flag("--quiet", ro.quiet, "Print nothing but errors and warnings");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error exits 1, as documented.
+    return app.exit(e) == 0 ? 0 : 1;
+  }
   if (*demo) return strata::run_demo(spec);
   if (*replay) return strata::run_replay(ro);
   return 0;

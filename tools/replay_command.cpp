@@ -30,19 +30,34 @@ int run_replay(const replay_command_options& o) {
     std::fprintf(stderr, "strata replay: %s\n", trace.error().message().c_str());
     return 1;
   }
+  // One warning per action the replay skips, so nothing is dropped unsaid.
+  for (const replay::unknown_action& u : trace->unknown_actions) {
+    std::fprintf(stderr,
+                 "strata replay: warning: %s: %zu events with unknown action '%s' (first at %s) "
+                 "are not replayed\n",
+                 o.trace.c_str(), u.count, replay::printable(u.name).c_str(), u.first.c_str());
+  }
   replay::replay_options ro;
   ro.device = o.device;
   ro.conf = o.conf;
   ro.progress = !o.quiet;
+  ro.snapshot = !o.snapshot_out.empty();
   auto r = replay::replay(*trace, ro);
   if (!r) {
-    std::fprintf(stderr, "strata replay: %s: %s\n", o.trace.c_str(), r.error().to_string().c_str());
+    std::fprintf(stderr, "strata replay: %s\n", r.error().message().c_str());
     return 1;
   }
-  if (!o.quiet) std::fputs(replay::report_text(*trace, *r).c_str(), stdout);
   bool ok = true;
+  if (!o.quiet) {
+    const std::string text = replay::report_text(*trace, *r);
+    if (std::fputs(text.c_str(), stdout) < 0 || std::fflush(stdout) != 0) {
+      std::fprintf(stderr, "strata replay: cannot write the report to stdout\n");
+      ok = false;
+    }
+  }
   if (!o.json_out.empty()) ok = write_file(o.json_out, replay::report_json(*trace, *r)) && ok;
   if (!o.html_out.empty()) ok = write_file(o.html_out, replay::report_html(*trace, *r)) && ok;
+  if (!o.snapshot_out.empty()) ok = write_file(o.snapshot_out, r->snapshot_pickle) && ok;
   return ok ? 0 : 1;
 }
 

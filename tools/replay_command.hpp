@@ -10,8 +10,9 @@ struct replay_command_options {
   std::string device = "sim:capacity=80GiB";
   std::string conf;
   int device_index = 0;
-  std::string json_out;  // empty: none
-  std::string html_out;  // empty: none
+  std::string json_out;      // empty: none
+  std::string html_out;      // empty: none
+  std::string snapshot_out;  // empty: none; the replay's snapshot pickle
   bool quiet = false;
 };
 

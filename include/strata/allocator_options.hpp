@@ -66,6 +66,10 @@ struct allocator_options {
   /// trace off. While it is on, every call takes the locked path so that
   /// the trace is complete and in order. At most 2^26.
   std::uint64_t trace_buffer = 0;
+  /// Print each out-of-memory report to stderr (one line per failed
+  /// request, after the whole OOM chain). The report is returned with the
+  /// error and kept for last_oom_report() either way.
+  bool log_ooms = true;
   /// Where the integrations (the preload shim, the LibTorch plugin) write
   /// the stats, the memory summary and the last OOM report at process exit;
   /// empty: no report. The allocator itself does not read it.

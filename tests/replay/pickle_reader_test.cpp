@@ -35,7 +35,9 @@ TEST(PickleReader, RoundTripsTheWritersValues) {
   ASSERT_TRUE(v.ok()) << v.error().to_string();
   EXPECT_EQ(v->get("n")->as_int(), -5);
   EXPECT_EQ(v->get("big")->as_int(), std::int64_t{1} << 40);
-  EXPECT_EQ(v->get("x")->as_int(), 2);
+  EXPECT_TRUE(v->get("x")->is_float());
+  EXPECT_EQ(v->get("x")->as_float(), 2.5);
+  EXPECT_EQ(v->get("x")->as_int(), 0) << "a float is not an integer";
   ASSERT_EQ(v->get("list")->items().size(), 3u);
   EXPECT_EQ(v->get("list")->items()[0].as_string(), "a");
   EXPECT_EQ(v->get("list")->items()[1].as_int(), 1);
@@ -103,9 +105,104 @@ TEST(PickleReader, UnsupportedOpcodesAreNamedWithTheirOffset) {
                               16));
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.code(), errc::invalid_argument);
-  EXPECT_NE(v.error().message().find("offset 2: unsupported pickle opcode 0x63 ('c', GLOBAL)"),
+  EXPECT_NE(v.error().message().find("offset 2: unsupported pickle opcode 0x63 (GLOBAL)"),
             std::string::npos)
       << v.error().message();
+  // Every real opcode is named, never "unknown".
+  for (const auto& [op, name] : {std::pair{'\x8e', "BINBYTES8"}, std::pair{'\x91', "FROZENSET"},
+                                 std::pair{'\x8f', "EMPTY_SET"}, std::pair{'B', "BINBYTES"},
+                                 std::pair{'R', "REDUCE"}, std::pair{'\x97', "NEXT_BUFFER"}}) {
+    auto r = read_pickle(std::string("\x80\x04") + op + ".");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message().find(std::string("(") + name + ")"), std::string::npos)
+        << r.error().message();
+  }
+}
+
+// The structural opcodes Python's pickler may use: POP, POP_MARK, DUP,
+// LIST, DICT, LONG4, TUPLE1.
+TEST(PickleReader, ReadsStackAndMarkOpcodes) {
+  const char raw[] =
+      "\x80\x04"
+      "(K\x01K\x02l"  // [1, 2]
+      "(\x8c\x01kK\x03"
+      "d"                             // {'k': 3}
+      "\x8b\x02\x00\x00\x00\xff\x7f"  // LONG4 32767
+      "N0"                            // None, POP
+      "(K\x09K\x09"
+      "1"     // MARK 9 9 POP_MARK
+      "2"     // DUP the LONG4
+      "\x85"  // TUPLE1 of the copy
+      "\x87"  // TUPLE3: ({'k': 3}, 32767, (32767,))
+      "\x86"  // TUPLE2: ([1, 2], ...)
+      ".";
+  const std::string bytes(raw, sizeof raw - 1);
+  auto v = read_pickle(bytes);
+  ASSERT_TRUE(v.ok()) << v.error().to_string();
+  ASSERT_TRUE(v->is_tuple());
+  ASSERT_EQ(v->items().size(), 2u);
+  EXPECT_EQ(v->items()[0].items()[1].as_int(), 2);
+  const pickle_value& three = v->items()[1];
+  ASSERT_EQ(three.items().size(), 3u);
+  EXPECT_EQ(three.items()[0].get("k")->as_int(), 3);
+  EXPECT_EQ(three.items()[1].as_int(), 32767);
+  EXPECT_EQ(three.items()[2].items()[0].as_int(), 32767);
+}
+
+// Hostile input: deep nesting, cycles, a key given twice, ops reaching
+// below a MARK. Each is an error with an offset, or (a repeated key) read
+// as Python reads it; none crashes, recurses without bound or leaks.
+TEST(PickleReader, HostileStructuresAreRefusedOrReadAsPythonDoes) {
+  std::string deep_lists = "\x80\x04";
+  for (int i = 0; i < 100000; ++i) deep_lists += ']';
+  for (int i = 0; i < 99999; ++i) deep_lists += 'a';
+  deep_lists += '.';
+  std::string deep_tuples = "\x80\x04N";
+  for (int i = 0; i < 2000000; ++i) deep_tuples += '\x85';
+  deep_tuples += '.';
+  for (const std::string* p : {&deep_lists, &deep_tuples}) {
+    auto v = read_pickle(*p);
+    ASSERT_FALSE(v.ok());
+    EXPECT_NE(v.error().message().find("nested deeper than 200 levels"), std::string::npos)
+        << v.error().message();
+  }
+  // 200 levels are read.
+  std::string ok_depth = "\x80\x04N";
+  for (int i = 0; i < 199; ++i) ok_depth += '\x85';
+  EXPECT_TRUE(read_pickle(ok_depth + ".").ok());
+
+  struct bad {
+    std::string bytes;
+    std::string says;
+  };
+  for (const bad& b : {
+           // d = {}; d['k'] = d
+           bad{std::string("\x80\x04}\x94\x8c\x01k\x94h\x00s.", 12), "contains itself"},
+           // a = []; b = [a]; a.append(b)
+           bad{std::string("\x80\x04]\x94]\x94h\x00"
+                           "aa.",
+                           11),
+               "changed after it was put"},
+           // APPEND reaching below a MARK
+           bad{std::string("\x80\x04](K\x01"
+                           "0a.",
+                           10),
+               "APPEND without a list"},
+           bad{std::string("\x80\x04](a.", 6), "APPEND without a list"},
+           bad{std::string("\x80\x04K\x01(.", 6), "STOP with a stack"},
+           bad{std::string("\x80\x04(00.", 6), "POP on an empty stack"},
+           bad{std::string("\x80\x04\x8a\x0a\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01.", 15),
+               "wider than 64 bits"},
+       }) {
+    auto v = read_pickle(b.bytes);
+    ASSERT_FALSE(v.ok()) << b.says;
+    EXPECT_NE(v.error().message().find(b.says), std::string::npos) << v.error().message();
+    EXPECT_NE(v.error().message().find("offset "), std::string::npos);
+  }
+  // {'k': 1, 'k': 2} reads 2, as Python's dict would.
+  auto twice = read_pickle(std::string("\x80\x04}(\x8c\x01kK\x01\x8c\x01kK\x02u.", 17));
+  ASSERT_TRUE(twice.ok()) << twice.error().to_string();
+  EXPECT_EQ(twice->get("k")->as_int(), 2);
 }
 
 TEST(PickleReader, TruncatedAndMalformedInputIsAnError) {

@@ -90,7 +90,7 @@ TEST(TraceReaders, ErrorsNameTheFileAndLine) {
     std::string says;
   };
   for (const bad& b : {bad{"Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x10,zz,0x0\n",
-                           "log.csv:2: bad Pointer, Size or Stream"},
+                           "log.csv:2: bad Size 'zz'"},
                        bad{"Thread,Time,Action,Pointer,Size,Stream\n1,0,grab,0x10,1,0x0\n",
                            "log.csv:2: unknown Action 'grab'"},
                        bad{"Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate\n",

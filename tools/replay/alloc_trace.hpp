@@ -7,20 +7,32 @@
 //   - PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles,
 //     PyTorch 2.0 and later), and Strata's own snapshot_pickle() exports;
 //   - Strata's event trace JSON (trace_json());
-//   - RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream);
+//   - RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream), the format
+//     of RMM's fmt-era releases (to 24.10) and of current ones;
 //   - buffer-lifetime CSV (id,lower,upper,size).
-// Errors name the file and the line, byte offset or event index.
+// Errors name the file and the line, byte offset or event index. Every
+// number is checked: sizes are integers from 0 to max_trace_bytes,
+// addresses non-negative, a free of a block the trace already freed is an
+// error, and so is a value of the wrong type. Nothing is skipped silently:
+// actions a reader does not replay are counted in `unknown_actions`.
 //
 // Thread safety: plain values; read_trace is reentrant.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "strata/error.hpp"
 
 namespace strata::replay {
+
+/// The largest size a trace may name (1 PiB): larger is an error, not a
+/// request, so no sum of sizes can overflow.
+inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 50;
+/// The largest file read_trace() reads (1 GiB).
+inline constexpr std::uint64_t max_trace_file_bytes = std::uint64_t{1} << 30;
 
 enum class op_kind : std::uint8_t { alloc, free };
 
@@ -31,6 +43,25 @@ struct trace_op {
   std::uint64_t size = 0;            // bytes requested (alloc); the block's size (free)
   std::uint64_t stream = 0;          // the recording's stream handle, 0 = default stream
   std::uint32_t frames = no_frames;  // index into alloc_trace::frames
+};
+
+/// An allocation the recording allocator could not serve: PyTorch's `oom`
+/// trace entry or RMM's `allocate failure` row. It happened just before
+/// ops[before_op] (ops.size(): after the last op).
+struct recorded_failure {
+  std::size_t before_op = 0;
+  std::uint64_t size = 0;         // bytes requested
+  std::uint64_t device_free = 0;  // the device's free bytes then (PyTorch only)
+  bool device_free_known = false;
+  std::uint64_t stream = 0;
+  std::string where;  // "event 12" or "line 40": where the file records it
+};
+
+/// An action the reader does not replay, and how often the file has it.
+struct unknown_action {
+  std::string name;
+  std::size_t count = 0;
+  std::string first;  // where it first appears, as in recorded_failure
 };
 
 struct alloc_trace {
@@ -44,10 +75,17 @@ struct alloc_trace {
   std::uint64_t baseline_peak = 0;
   /// Stack frames ("function (file:line)"), innermost user frame first.
   std::vector<std::vector<std::string>> frames;
+  std::vector<recorded_failure> failures;  // in order of before_op
+  std::vector<unknown_action> unknown_actions;
 };
 
-/// Reads `path` (format detected from its contents). `device_index` picks
-/// the device trace of a PyTorch snapshot.
+/// Counts `name` in `t.unknown_actions` (first seen at `where`).
+void count_unknown_action(alloc_trace& t, std::string_view name, const std::string& where);
+
+/// Reads `path` (format detected from its contents; a UTF-8 byte order mark
+/// before a text format is skipped). `device_index` picks the device trace
+/// of a PyTorch snapshot. Errors: a path that is not a regular file or a
+/// pipe, a file over max_trace_file_bytes, an empty file, and every reader's.
 result<alloc_trace> read_trace(const std::string& path, int device_index);
 
 /// Each reader, on the file's bytes. `source` names the file in errors.

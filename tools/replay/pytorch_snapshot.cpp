@@ -1,10 +1,19 @@
 // PyTorch memory snapshots: device_traces[device] drives the replay
 // (alloc, free_requested); segment_alloc/free and segment_map/unmap give the
-// recording allocator's reserved bytes; the end state (segments) seeds warm
-// traces and anchors the baseline.
+// recording allocator's reserved bytes; `oom` entries are the recording
+// allocator's failures; the end state (segments) seeds warm traces and
+// anchors the baseline.
+//
+// The actions and keys read are those PyTorch's serializer writes
+// (torch/csrc/cuda/memory_snapshot.cpp): alloc, free_requested,
+// free_completed, segment_alloc, segment_free, segment_map, segment_unmap
+// with addr, size, stream; oom with device_free, size, stream; snapshot and
+// user_defined (markers, no memory effect). Other keys (time_us, frames,
+// compile_context, user_metadata, ...) are ignored; other actions counted.
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "alloc_trace.hpp"
 #include "pickle_reader.hpp"
@@ -14,6 +23,24 @@ namespace strata::replay {
 namespace {
 
 constexpr std::size_t max_frames = 6;
+constexpr auto max_address = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+
+const char* type_name(const pickle_value& v) {
+  if (v.is_none()) return "None";
+  if (v.is_int()) return "an integer";
+  if (v.is_float()) return "a float";
+  if (v.is_string()) return "a string";
+  if (v.is_dict()) return "a dict";
+  if (v.is_tuple()) return "a tuple";
+  if (v.is_list()) return "a list";
+  return "a bool";
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
 
 // The user's frames of a PyTorch stack: Python files first, else the top.
 std::vector<std::string> pick_frames(const pickle_value& list) {
@@ -23,7 +50,7 @@ std::vector<std::string> pick_frames(const pickle_value& list) {
     const pickle_value* name = f.get("name");
     const pickle_value* file = f.get("filename");
     const pickle_value* line = f.get("line");
-    if (name == nullptr || file == nullptr) continue;
+    if (name == nullptr || file == nullptr || !name->is_string() || !file->is_string()) continue;
     std::string text = std::string(name->as_string()) + " (" + std::string(file->as_string()) +
                        ":" + std::to_string(line != nullptr ? line->as_int() : 0) + ")";
     if (file->as_string().ends_with(".py") && py.size() < max_frames) py.push_back(text);
@@ -32,126 +59,293 @@ std::vector<std::string> pick_frames(const pickle_value& list) {
   return py.empty() ? any : py;
 }
 
+class snapshot_reader {
+ public:
+  snapshot_reader(const std::string& source, int device) : source_(source), device_(device) {}
+
+  result<alloc_trace> read(const pickle_value& root) {
+    const pickle_value* traces = root.get("device_traces");
+    const pickle_value* segments = root.get("segments");
+    if (traces == nullptr || segments == nullptr) {
+      return bad("", "not a PyTorch memory snapshot (no 'device_traces' or 'segments')");
+    }
+    if (!traces->is_list() || traces->is_tuple()) {
+      return bad("", std::string("'device_traces' is ") + type_name(*traces) + ", expected a list");
+    }
+    if (!segments->is_list() || segments->is_tuple()) {
+      return bad("", std::string("'segments' is ") + type_name(*segments) + ", expected a list");
+    }
+    if (device_ < 0 || static_cast<std::size_t>(device_) >= traces->items().size()) {
+      return bad("", "no device trace " + std::to_string(device_) + " (the file has " +
+                         std::to_string(traces->items().size()) + ")");
+    }
+    const pickle_value* settings = root.get("allocator_settings");
+    t_.source = source_;
+    t_.format = settings != nullptr && settings->get("allocator") != nullptr ? "strata_snapshot"
+                                                                             : "pytorch_snapshot";
+    const pickle_value& events = traces->items()[static_cast<std::size_t>(device_)];
+    if (!events.is_list() || events.is_tuple()) {
+      return bad("", "device trace " + std::to_string(device_) + " is " + type_name(events) +
+                         ", expected a list");
+    }
+    for (std::size_t i = 0; i < events.items().size(); ++i) {
+      if (auto s = event(events.items()[i], i); !s) return s;
+    }
+    for (std::size_t i = 0; i < segments->items().size(); ++i) {
+      if (auto s = segment(segments->items()[i], i); !s) return s;
+    }
+    if (auto s = baseline(); !s) return s;
+    return std::move(t_);
+  }
+
+ private:
+  status bad(const std::string& where, const std::string& what) const {
+    return {errc::invalid_argument, source_ + ": " + (where.empty() ? "" : where + ": ") + what};
+  }
+
+  // d[key] as an integer in [0, max]; `fallback` when absent and optional.
+  result<std::uint64_t> integer(const pickle_value& d, std::string_view key,
+                                const std::string& where, std::uint64_t max, bool required,
+                                std::uint64_t fallback = 0) const {
+    const pickle_value* v = d.get(key);
+    if (v == nullptr) {
+      if (!required) return fallback;
+      return bad(where, "no '" + std::string(key) + "'");
+    }
+    if (!v->is_int()) {
+      return bad(where, "'" + std::string(key) + "' is " + type_name(*v) + ", expected an integer");
+    }
+    const std::int64_t n = v->as_int();
+    if (n < 0 || static_cast<std::uint64_t>(n) > max) {
+      return bad(where, "'" + std::string(key) + "' is " + std::to_string(n) + ", expected 0 to " +
+                            std::to_string(max));
+    }
+    return static_cast<std::uint64_t>(n);
+  }
+  // A stream handle: any integer (PyTorch writes the pointer as int64).
+  result<std::uint64_t> stream(const pickle_value& d, const std::string& where) const {
+    const pickle_value* v = d.get("stream");
+    if (v == nullptr || v->is_none()) return std::uint64_t{0};
+    if (!v->is_int()) return bad(where, std::string("'stream' is ") + type_name(*v));
+    return static_cast<std::uint64_t>(v->as_int());
+  }
+  status add_reserved(std::int64_t delta, const std::string& where) {
+    if (__builtin_add_overflow(reserved_, delta, &reserved_)) {
+      return bad(where, "segment sizes add up past 2^63 bytes");
+    }
+    high_ = std::max(high_, reserved_);
+    low_ = std::min(low_, reserved_);
+    return {};
+  }
+  void push_op(const trace_op& op) {
+    t_.ops.push_back(op);
+    relative_.push_back(reserved_);
+  }
+
+  status event(const pickle_value& e, std::size_t i) {
+    std::string where = "event " + std::to_string(i);
+    if (!e.is_dict()) return bad(where, std::string("is ") + type_name(e) + ", expected a dict");
+    const pickle_value* action = e.get("action");
+    if (action == nullptr) return bad(where, "no 'action'");
+    if (!action->is_string()) {
+      return bad(where, std::string("'action' is ") + type_name(*action) + ", expected a string");
+    }
+    const std::string_view a = action->as_string();
+    const std::string at = where;
+    where += " (" + std::string(a) + ")";
+    if (a == "snapshot" || a == "user_defined") return {};
+    if (a == "oom") return oom(e, where, at);
+    const bool known = a == "alloc" || a == "free_requested" || a == "free_completed" ||
+                       a == "segment_alloc" || a == "segment_free" || a == "segment_map" ||
+                       a == "segment_unmap";
+    if (!known) {
+      count_unknown_action(t_, a, at);
+      return {};
+    }
+    trace_op op;
+    auto addr = integer(e, "addr", where, max_address, true);
+    if (!addr) return addr.error();
+    auto size = integer(e, "size", where, max_trace_bytes, true);
+    if (!size) return size.error();
+    auto s = stream(e, where);
+    if (!s) return s.error();
+    op.addr = *addr;
+    op.size = *size;
+    op.stream = *s;
+    const auto signed_size = static_cast<std::int64_t>(op.size);
+    if (a == "segment_alloc" || a == "segment_map") return add_reserved(signed_size, where);
+    if (a == "segment_free" || a == "segment_unmap") return add_reserved(-signed_size, where);
+    if (a == "alloc") return alloc(e, op);
+    if (a == "free_requested") return free(op, i, where);
+    return {};  // free_completed: the block was already replayed as freed
+  }
+
+  status oom(const pickle_value& e, const std::string& where, const std::string& at) {
+    auto size = integer(e, "size", where, max_trace_bytes, true);
+    if (!size) return size.error();
+    auto device_free = integer(e, "device_free", where, max_address, true);
+    if (!device_free) return device_free.error();
+    auto s = stream(e, where);
+    if (!s) return s.error();
+    t_.failures.push_back({t_.ops.size(), *size, *device_free, true, *s, at});
+    return {};
+  }
+
+  status alloc(const pickle_value& e, trace_op op) {
+    if (auto old = live_.find(op.addr); old != live_.end()) {
+      // The recording lost this block's free (a ring that wrapped): free it here.
+      trace_op f = old->second;
+      f.kind = op_kind::free;
+      push_op(f);
+      live_.erase(old);
+    }
+    if (const pickle_value* fr = e.get("frames"); fr != nullptr && !fr->items().empty()) {
+      auto [it, fresh] =
+          frame_ids_.try_emplace(fr->container(), static_cast<std::uint32_t>(t_.frames.size()));
+      if (fresh) t_.frames.push_back(pick_frames(*fr));
+      op.frames = it->second;
+    }
+    freed_.erase(op.addr);
+    live_.emplace(op.addr, op);
+    push_op(op);
+    return {};
+  }
+
+  status free(trace_op op, std::size_t i, const std::string& where) {
+    if (auto it = live_.find(op.addr); it != live_.end()) {
+      op.size = it->second.size;
+      op.stream = it->second.stream;
+      live_.erase(it);
+    } else if (auto was = freed_.find(op.addr); was != freed_.end()) {
+      return bad(where, "frees " + hex(op.addr) + ", which event " + std::to_string(was->second) +
+                            " already freed (a double free)");
+    } else {
+      t_.seeds.push_back(op);  // allocated before the trace began
+    }
+    freed_[op.addr] = i;
+    op.kind = op_kind::free;
+    push_op(op);
+    return {};
+  }
+
+  // The end state: blocks live at the end whose allocation the trace lacks
+  // were live all along; reserved bytes at the end anchor the baseline.
+  status segment(const pickle_value& seg, std::size_t i) {
+    const std::string where = "segment " + std::to_string(i);
+    if (!seg.is_dict())
+      return bad(where, std::string("is ") + type_name(seg) + ", expected a dict");
+    if (const pickle_value* dev = seg.get("device"); dev != nullptr) {
+      if (!dev->is_int()) return bad(where, std::string("'device' is ") + type_name(*dev));
+      if (dev->as_int() != device_) return {};
+    }
+    auto address = integer(seg, "address", where, max_address, true);
+    if (!address) return address.error();
+    auto total = integer(seg, "total_size", where, max_trace_bytes, true);
+    if (!total) return total.error();
+    if (__builtin_add_overflow(end_reserved_, static_cast<std::int64_t>(*total), &end_reserved_)) {
+      return bad(where, "segment sizes add up past 2^63 bytes");
+    }
+    auto s = stream(seg, where);
+    if (!s) return s.error();
+    const pickle_value* blocks = seg.get("blocks");
+    if (blocks == nullptr) return {};
+    if (!blocks->is_list()) return bad(where, std::string("'blocks' is ") + type_name(*blocks));
+    // PyTorch 2.0-2.1 may leave a block's address out: like the viewer, it
+    // is the segment's address plus the sizes of the blocks before it.
+    std::uint64_t walk = *address;
+    for (std::size_t k = 0; k < blocks->items().size(); ++k) {
+      const pickle_value& b = blocks->items()[k];
+      const std::string bw = where + " block " + std::to_string(k);
+      if (!b.is_dict()) return bad(bw, std::string("is ") + type_name(b) + ", expected a dict");
+      auto size = integer(b, "size", bw, max_trace_bytes, true);
+      if (!size) return size.error();
+      auto addr = integer(b, "address", bw, max_address, false, walk);
+      if (!addr) return addr.error();
+      walk = *addr + *size;
+      const pickle_value* state = b.get("state");
+      if (state == nullptr || !state->is_string()) return bad(bw, "no 'state' string");
+      const std::string_view st = state->as_string();
+      if (st != "active_allocated" && st != "active_pending_free" && st != "inactive") {
+        return bad(bw, "state '" + std::string(st) +
+                           "' (expected active_allocated, active_pending_free or inactive)");
+      }
+      if (st != "active_allocated" || live_.contains(*addr)) continue;
+      if (auto was = freed_.find(*addr); was != freed_.end()) {
+        return bad(bw, "is allocated at " + hex(*addr) + ", but event " +
+                           std::to_string(was->second) +
+                           " freed it and nothing allocated it again");
+      }
+      auto requested = integer(b, "requested_size", bw, max_trace_bytes, false, 0);
+      if (!requested) return requested.error();
+      trace_op seed;
+      seed.addr = *addr;
+      seed.size = *requested > 0 ? *requested : *size;
+      seed.stream = *s;
+      t_.seeds.push_back(seed);
+    }
+    return {};
+  }
+
+  status baseline() {
+    if (high_ <= low_ && end_reserved_ == 0) return {};
+    std::int64_t start = 0;
+    if (__builtin_sub_overflow(end_reserved_, reserved_, &start)) {
+      return bad("", "segment sizes add up past 2^63 bytes");
+    }
+    start = std::max(start, -low_);
+    std::int64_t peak = 0;
+    if (__builtin_add_overflow(start, high_, &peak)) {
+      return bad("", "segment sizes add up past 2^63 bytes");
+    }
+    t_.baseline_reserved.reserve(relative_.size());
+    for (const std::int64_t r : relative_) {
+      t_.baseline_reserved.push_back(static_cast<std::uint64_t>(start + r));  // r <= high_
+    }
+    t_.baseline_peak = static_cast<std::uint64_t>(peak);
+    return {};
+  }
+
+  const std::string& source_;
+  int device_;
+  alloc_trace t_;
+  std::unordered_map<const void*, std::uint32_t> frame_ids_;
+  std::unordered_map<std::uint64_t, trace_op> live_;      // addr -> its alloc
+  std::unordered_map<std::uint64_t, std::size_t> freed_;  // addr -> the event that freed it
+  std::int64_t reserved_ = 0;  // relative to the start; made absolute by baseline()
+  std::int64_t low_ = 0;
+  std::int64_t high_ = 0;
+  std::int64_t end_reserved_ = 0;
+  std::vector<std::int64_t> relative_;
+};
+
 }  // namespace
+
+void count_unknown_action(alloc_trace& t, std::string_view name, const std::string& where) {
+  // Names are cut to 64 bytes and at most 32 are told apart (a damaged file
+  // could hold millions), the rest counted together.
+  constexpr std::size_t max_names = 32;
+  std::string key(name.substr(0, 64));
+  if (t.unknown_actions.size() == max_names && t.unknown_actions.back().name != key) {
+    key = "(other names)";
+  }
+  for (unknown_action& u : t.unknown_actions) {
+    if (u.name == key) {
+      ++u.count;
+      return;
+    }
+  }
+  if (t.unknown_actions.size() == max_names) {
+    t.unknown_actions.push_back({"(other names)", 1, where});
+    return;
+  }
+  t.unknown_actions.push_back({std::move(key), 1, where});
+}
 
 result<alloc_trace> read_pytorch_snapshot(std::string_view bytes, const std::string& source,
                                           int device_index) {
   auto root = read_pickle(bytes);
   if (!root) return status{errc::invalid_argument, source + ": " + root.error().message()};
-  const auto bad = [&](const std::string& what) {
-    return status{errc::invalid_argument, source + ": " + what};
-  };
-  const pickle_value* traces = root->get("device_traces");
-  const pickle_value* segments = root->get("segments");
-  if (traces == nullptr || segments == nullptr) {
-    return bad("not a PyTorch memory snapshot (no 'device_traces' or 'segments')");
-  }
-  if (device_index < 0 || static_cast<std::size_t>(device_index) >= traces->items().size()) {
-    return bad("no device trace " + std::to_string(device_index) + " (the file has " +
-               std::to_string(traces->items().size()) + ")");
-  }
-  alloc_trace t;
-  t.source = source;
-  t.format = root->get("allocator_settings") != nullptr &&
-                     root->get("allocator_settings")->get("allocator") != nullptr
-                 ? "strata_snapshot"
-                 : "pytorch_snapshot";
-  std::unordered_map<const void*, std::uint32_t> frame_ids;
-  std::unordered_map<std::uint64_t, trace_op> live;  // addr -> its alloc
-  std::int64_t reserved = 0;                         // relative to the start; made absolute below
-  std::int64_t low = 0;
-  std::int64_t high = 0;
-  std::vector<std::int64_t> relative;
-  const auto& events = traces->items()[static_cast<std::size_t>(device_index)].items();
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const pickle_value& e = events[i];
-    const pickle_value* action = e.get("action");
-    if (action == nullptr) return bad("event " + std::to_string(i) + ": no 'action'");
-    const std::string_view a = action->as_string();
-    const pickle_value* addr = e.get("addr");
-    const pickle_value* size = e.get("size");
-    const pickle_value* stream = e.get("stream");
-    if (addr == nullptr || size == nullptr) {
-      return bad("event " + std::to_string(i) + " (" + std::string(a) + "): no 'addr' or 'size'");
-    }
-    trace_op op;
-    op.addr = static_cast<std::uint64_t>(addr->as_int());
-    op.size = static_cast<std::uint64_t>(size->as_int());
-    op.stream = stream != nullptr ? static_cast<std::uint64_t>(stream->as_int()) : 0;
-    if (a == "segment_alloc" || a == "segment_map") {
-      reserved += static_cast<std::int64_t>(op.size);
-      high = std::max(high, reserved);
-    } else if (a == "segment_free" || a == "segment_unmap") {
-      reserved -= static_cast<std::int64_t>(op.size);
-      low = std::min(low, reserved);
-    } else if (a == "alloc") {
-      if (auto old = live.find(op.addr); old != live.end()) {
-        // The recording lost this block's free (a ring that wrapped): free it here.
-        trace_op f = old->second;
-        f.kind = op_kind::free;
-        t.ops.push_back(f);
-        relative.push_back(reserved);
-        live.erase(old);
-      }
-      if (const pickle_value* fr = e.get("frames"); fr != nullptr && !fr->items().empty()) {
-        const void* key = fr->items().data();
-        auto [it, fresh] = frame_ids.try_emplace(key, static_cast<std::uint32_t>(t.frames.size()));
-        if (fresh) t.frames.push_back(pick_frames(*fr));
-        op.frames = it->second;
-      }
-      live.emplace(op.addr, op);
-      t.ops.push_back(op);
-      relative.push_back(reserved);
-    } else if (a == "free_requested") {
-      auto it = live.find(op.addr);
-      if (it == live.end()) {
-        t.seeds.push_back(op);  // allocated before the trace began
-      } else {
-        op.size = it->second.size;
-        op.stream = it->second.stream;
-        live.erase(it);
-      }
-      op.kind = op_kind::free;
-      t.ops.push_back(op);
-      relative.push_back(reserved);
-    }
-  }
-  // The end state: blocks live at the end whose allocation the trace lacks
-  // were live all along; reserved bytes at the end anchor the baseline.
-  std::int64_t end_reserved = 0;
-  for (const pickle_value& seg : segments->items()) {
-    if (const pickle_value* dev = seg.get("device");
-        dev != nullptr && dev->as_int() != device_index) {
-      continue;
-    }
-    end_reserved += seg.get("total_size") != nullptr ? seg.get("total_size")->as_int() : 0;
-    const pickle_value* stream = seg.get("stream");
-    const pickle_value* blocks = seg.get("blocks");
-    if (blocks == nullptr) continue;
-    for (const pickle_value& b : blocks->items()) {
-      const pickle_value* state = b.get("state");
-      const pickle_value* addr = b.get("address");
-      if (state == nullptr || addr == nullptr || state->as_string() != "active_allocated") continue;
-      const auto a = static_cast<std::uint64_t>(addr->as_int());
-      if (live.contains(a)) continue;
-      const pickle_value* req = b.get("requested_size");
-      const pickle_value* size = b.get("size");
-      trace_op seed;
-      seed.addr = a;
-      seed.size = static_cast<std::uint64_t>(
-          req != nullptr && req->as_int() > 0 ? req->as_int() : (size ? size->as_int() : 0));
-      seed.stream = stream != nullptr ? static_cast<std::uint64_t>(stream->as_int()) : 0;
-      t.seeds.push_back(seed);
-    }
-  }
-  const std::int64_t start = std::max(end_reserved - reserved, -low);
-  if (high > low || end_reserved > 0) {
-    t.baseline_reserved.reserve(relative.size());
-    for (std::int64_t r : relative)
-      t.baseline_reserved.push_back(static_cast<std::uint64_t>(start + r));
-    t.baseline_peak = static_cast<std::uint64_t>(start + high);
-  }
-  return t;
+  return snapshot_reader(source, device_index).read(*root);
 }
 
 }  // namespace strata::replay

@@ -24,6 +24,20 @@ std::string number(double v) {
 
 }  // namespace
 
+std::string printable(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    }
+  }
+  return out;
+}
+
 std::string report_text(const alloc_trace& trace, const replay_result& r) {
   std::string t;
   const auto line = [&](const std::string& k, const std::string& v) {
@@ -51,6 +65,22 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   line("allocator time per call", "median " + number(r.cpu_ns_median) + " ns, p99 " +
                                       number(r.cpu_ns_p99) + " ns (" + std::to_string(r.calls) +
                                       " calls)");
+  if (!trace.failures.empty()) {
+    line("recording allocator's OOMs", std::to_string(trace.failures.size()));
+    for (const replay_failure& f : r.failures) {
+      std::string text = "  " + f.recorded.where + ": requested " + format_bytes(f.recorded.size);
+      if (f.recorded.device_free_known) {
+        text += ", the device had " + format_bytes(f.recorded.device_free) + " free";
+      }
+      text += "; Strata had " + format_bytes(f.strata_available) +
+              " available there: " + (f.fits ? "it fits" : "it does not fit either") + "\n";
+      t += text;
+    }
+  }
+  for (const unknown_action& u : trace.unknown_actions) {
+    line("not replayed", std::to_string(u.count) + " events with unknown action '" +
+                             printable(u.name) + "' (first at " + u.first + ")");
+  }
   line("OOMs", std::to_string(r.ooms.size()));
   for (const replay_oom& o : r.ooms) {
     t += "  OOM at event " + std::to_string(o.op) + " (" + format_bytes(o.size) + "):\n    ";
@@ -96,6 +126,23 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
             ",\"report\":" + o.report_json + "}";
   }
   field("ooms", ooms + "]");
+  std::string failures = "[";
+  for (const replay_failure& f : r.failures) {
+    if (failures.size() > 1) failures += ',';
+    failures += "{\"where\":" + json_string(f.recorded.where) +
+                ",\"size\":" + std::to_string(f.recorded.size) + ",\"device_free\":" +
+                (f.recorded.device_free_known ? std::to_string(f.recorded.device_free) : "null") +
+                ",\"strata_available\":" + std::to_string(f.strata_available) +
+                ",\"fits\":" + (f.fits ? "true" : "false") + "}";
+  }
+  field("recorded_ooms", failures + "]");
+  std::string unknown = "[";
+  for (const unknown_action& u : trace.unknown_actions) {
+    if (unknown.size() > 1) unknown += ',';
+    unknown += "{\"action\":" + json_string(u.name) + ",\"count\":" + std::to_string(u.count) +
+               ",\"first\":" + json_string(u.first) + "}";
+  }
+  field("unknown_actions", unknown + "]");
   return j + "}\n";
 }
 

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "alloc_trace.hpp"
 #include "replayer.hpp"
 
 namespace strata::replay {
+
+/// `s` with bytes outside printable ASCII written as \xNN (for names read
+/// from a file, before they reach a terminal).
+[[nodiscard]] std::string printable(std::string_view s);
 
 [[nodiscard]] std::string report_text(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_json(const alloc_trace& trace, const replay_result& r);

@@ -24,19 +24,32 @@ class run {
   // Replays; `on_op` is called after each op with the count so far.
   template <class OnOp>
   status go(std::size_t stop_after, bool timed, OnOp on_op) {
-    for (const trace_op& s : trace_.seeds) {
-      if (auto st = allocate(s, 0, false); !st) return st;
+    for (std::size_t i = 0; i < trace_.seeds.size(); ++i) {
+      if (auto st = allocate(trace_.seeds[i], 0, false); !st) {
+        return at_event("seed " + std::to_string(i), st);
+      }
     }
     const std::size_t n = std::min(stop_after, trace_.ops.size());
+    std::size_t next_failure = 0;
+    const auto ask_failures = [&](std::size_t before) {
+      for (; next_failure < trace_.failures.size() &&
+             trace_.failures[next_failure].before_op <= before;
+           ++next_failure) {
+        failures.push_back(ask(trace_.failures[next_failure]));
+      }
+    };
     for (std::size_t i = 0; i < n; ++i) {
+      ask_failures(i);
       const trace_op& op = trace_.ops[i];
       if (op.kind == op_kind::alloc) {
-        if (auto st = allocate(op, i, timed); !st) return st;
+        if (auto st = allocate(op, i, timed); !st)
+          return at_event("event " + std::to_string(i), st);
       } else {
         free(op, timed);
       }
       on_op(i + 1);
     }
+    if (n == trace_.ops.size()) ask_failures(n);
     return {};
   }
 
@@ -44,12 +57,32 @@ class run {
   std::uint64_t live_bytes = 0;
   std::vector<std::uint32_t> call_ns;
   std::vector<replay_oom> ooms;
+  std::vector<replay_failure> failures;
 
  private:
+  status at_event(const std::string& where, const status& st) const {
+    return {st.code(), trace_.source + ": " + where + ": " + st.message()};
+  }
+
+  // Asks, without allocating, whether Strata could have served the request.
+  replay_failure ask(const recorded_failure& f) {
+    replay_failure r{f};
+    if (auto m = a_.available_memory(); m) {
+      r.strata_available = m->free;
+      r.fits = m->free >= f.size;
+    }
+    return r;
+  }
+
   result<void*> stream_of(std::uint64_t recorded) {
     if (recorded == 0) return static_cast<void*>(nullptr);
     auto it = streams_.find(recorded);
     if (it != streams_.end()) return it->second;
+    if (streams_.size() == max_replay_streams) {
+      return status{errc::invalid_argument, "the trace uses more than " +
+                                                std::to_string(max_replay_streams) +
+                                                " streams (the most a replay creates)"};
+    }
     auto s = a_.dev().create_stream();
     if (!s) return s.error();
     streams_.emplace(recorded, s->native);
@@ -95,15 +128,25 @@ class run {
   std::unordered_map<std::uint64_t, void*> streams_;
 };
 
-result<std::unique_ptr<caching_allocator>> make_allocator(const replay_options& o) {
+result<std::unique_ptr<caching_allocator>> make_allocator(const replay_options& o,
+                                                          const alloc_trace& trace) {
   allocator_options defaults;
   defaults.device = o.device;
+  defaults.log_ooms = false;  // the report lists every OOM
   auto options = parse_allocator_conf(o.conf, defaults);
   if (!options) return status{errc::invalid_argument, "--conf: " + options.error().message()};
   if (options->device != o.device) {
     return status{errc::invalid_argument, "--conf: give the device with --device, not device:"};
   }
-  return caching_allocator::create(*options);
+  if (o.snapshot) {
+    // Room for every call and the segment events between them.
+    const std::uint64_t calls = 2 * (trace.seeds.size() + trace.ops.size()) + 1024;
+    options->trace_buffer =
+        std::min<std::uint64_t>(std::max(options->trace_buffer, 2 * calls), std::uint64_t{1} << 26);
+  }
+  auto made = caching_allocator::create(*options);
+  if (!made) return status{made.code(), "--device: " + made.error().message()};
+  return made;
 }
 
 double percentile(std::vector<std::uint32_t>& v, double q) {
@@ -135,7 +178,7 @@ class progress_bar {
 }  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
-  auto made = make_allocator(options);
+  auto made = make_allocator(options, trace);
   if (!made) return made.error();
   caching_allocator& a = **made;
   replay_result r;
@@ -174,6 +217,8 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.stitches = end.num_stitches;
   r.stitched_bytes = end.stitched_bytes;
   r.ooms = std::move(first.ooms);
+  r.failures = std::move(first.failures);
+  if (options.snapshot) r.snapshot_pickle = a.snapshot_pickle();
   r.calls = first.call_ns.size();
   r.cpu_ns_median = percentile(first.call_ns, 0.5);
   r.cpu_ns_p99 = percentile(first.call_ns, 0.99);
@@ -182,7 +227,9 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   made->reset();
 
   // Pass 2: up to the peak, then the page map and the largest live blocks.
-  auto again = make_allocator(options);
+  replay_options plain = options;
+  plain.snapshot = false;
+  auto again = make_allocator(plain, trace);
   if (!again) return again.error();
   run second(trace, **again);
   if (auto s = second.go(r.peak_op, false, [](std::size_t) {}); !s) return s;

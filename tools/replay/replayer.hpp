@@ -3,8 +3,11 @@
 // Seeds are allocated first; then each op in order: allocations with
 // malloc_async on the recorded stream, frees with free_async on that
 // stream (stream-ordered). Recorded streams map to streams created on the
-// device (0 is the default stream). A failed allocation is an OOM: recorded
-// with its report, and its later free skipped.
+// device (0 is the default stream), at most max_replay_streams of them. A
+// failed allocation is an OOM: recorded with its report, and its later free
+// skipped. Where the recording allocator failed (trace.failures), the replay
+// asks whether Strata had the memory at that point: its available memory
+// (device free plus cached bytes) against the request; nothing is allocated.
 //
 // Two passes: the first measures everything and finds the op at which
 // Strata's reserved bytes peak; the second replays up to that op on a fresh
@@ -22,10 +25,18 @@
 
 namespace strata::replay {
 
+/// The most distinct streams a trace may use: each is a device stream (a
+/// thread on the sim device); real traces use a handful.
+inline constexpr std::size_t max_replay_streams = 256;
+
 struct replay_options {
   std::string device = "sim:capacity=80GiB";
   std::string conf;       // STRATA_CONF text applied over the defaults
   bool progress = false;  // a progress bar on stderr
+  /// Keep the allocator's event trace over the whole replay and return its
+  /// snapshot pickle (replay_result::snapshot_pickle). Every call then takes
+  /// the allocator's locked path, so time per call is not comparable.
+  bool snapshot = false;
 };
 
 struct replay_sample {
@@ -41,6 +52,13 @@ struct replay_oom {
   std::uint64_t size = 0;
   std::string report_json;
   std::string message;
+};
+
+/// Where the recording allocator failed: did Strata have the memory then?
+struct replay_failure {
+  recorded_failure recorded;
+  std::uint64_t strata_available = 0;  // device free + Strata's cached bytes then
+  bool fits = false;                   // strata_available >= the request
 };
 
 struct live_block {
@@ -62,6 +80,7 @@ struct replay_result {
   std::int64_t stitches = 0;
   std::int64_t stitched_bytes = 0;
   std::vector<replay_oom> ooms;
+  std::vector<replay_failure> failures;  // one per trace.failures entry
   std::size_t calls = 0;
   double cpu_ns_median = 0;  // wall time per malloc_async/free_async call
   double cpu_ns_p99 = 0;
@@ -70,9 +89,12 @@ struct replay_result {
   std::vector<replay_sample> samples;  // at most ~2000, evenly spread
   std::vector<caching_allocator::arena_pages> page_map_at_peak;
   std::vector<live_block> largest_at_peak;  // up to ten
+  std::string snapshot_pickle;              // with replay_options::snapshot
 };
 
-/// Replays `trace`. Errors: a bad device spec or conf, a device failure.
+/// Replays `trace`. Errors, each naming its cause: "--device: ..." or
+/// "--conf: ..." for the options, "FILE: event N: ..." for a device failure
+/// during the replay or a trace with more than max_replay_streams streams.
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options);
 
 }  // namespace strata::replay
