@@ -154,7 +154,7 @@ result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t by
   stats_.allocated_bytes.add(pool_small, size);
   stats_.active_bytes.add(pool_small, size);
   stats_.requested_bytes.add(pool_small, static_cast<std::int64_t>(bytes));
-  if (trace_.on()) trace_.record(trace_action::alloc, p, s.object_size, st.stream.native);
+  if (trace_.on()) trace_.record(trace_action::alloc, p, bytes, st.stream.native);
   return reinterpret_cast<void*>(p);
 }
 
@@ -168,7 +168,7 @@ result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t by
   stats_.allocated_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.active_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.requested_bytes.add(pool, static_cast<std::int64_t>(bytes));
-  if (trace_.on()) trace_.record(trace_action::alloc, (*it)->first, size, st.stream.native);
+  if (trace_.on()) trace_.record(trace_action::alloc, (*it)->first, bytes, st.stream.native);
   return reinterpret_cast<void*>((*it)->first);
 }
 
@@ -311,9 +311,10 @@ result<caching_allocator::located> caching_allocator::locate(void* ptr, const ch
 void caching_allocator::count_free_request(const located& where) {
   if (trace_.on()) {
     const bool small = where.s != nullptr;
-    trace_.record(
-        trace_action::free_requested, small ? where.s->address(where.index) : where.block->first,
-        small ? where.s->object_size : where.block->second.size, where.owner->stream.native);
+    trace_.record(trace_action::free_requested,
+                  small ? where.s->address(where.index) : where.block->first,
+                  small ? where.s->requested(where.index) : where.block->second.requested,
+                  where.owner->stream.native);
   }
   if (where.s != nullptr) {
     stats_.allocation.add(pool_small, -1);
@@ -380,8 +381,10 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
     const auto size = static_cast<std::int64_t>(s.object_size);
     stats_.active.add(pool_small, -1);
     stats_.active_bytes.add(pool_small, -size);
-    if (trace_.on())
-      trace_.record(trace_action::free_completed, addr, s.object_size, st.stream.native);
+    if (trace_.on()) {
+      trace_.record(trace_action::free_completed, addr,
+                    s.requested(static_cast<std::uint32_t>(s.index_of(addr))), st.stream.native);
+    }
     return_to_slab(st, arena, s, static_cast<std::uint32_t>(s.index_of(addr)));
     return;
   }
@@ -390,7 +393,7 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
   stats_.active.add(pool, -1);
   stats_.active_bytes.add(pool, -static_cast<std::int64_t>(b.size));
-  if (trace_.on()) trace_.record(trace_action::free_completed, addr, b.size, st.stream.native);
+  if (trace_.on()) trace_.record(trace_action::free_completed, addr, b.requested, st.stream.native);
   arena.mark_freed(it->first, b.size);
   arena.blocks().release(it);
   maybe_release();

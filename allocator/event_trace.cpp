@@ -22,6 +22,10 @@ const char* trace_action_name(trace_action a) noexcept {
       return "stitch";
     case trace_action::oom:
       return "oom";
+    case trace_action::segment_alloc:
+      return "segment_alloc";
+    case trace_action::segment_free:
+      return "segment_free";
   }
   return "unknown";
 }

@@ -27,6 +27,9 @@ enum class trace_action : std::uint8_t {
   segment_unmap,   // pages unmapped
   stitch,          // pages moved from holes elsewhere to back a request
   oom,             // a request failed; size = the request
+  // Written only by snapshot exports (segment_history.hpp), never recorded:
+  segment_alloc,  // a segment (a maximal run of mapped pages) begins
+  segment_free,   // a segment ends (it grew, shrank, split or went away)
 };
 
 /// The action's name as PyTorch's memory snapshots spell it ("alloc", ...).

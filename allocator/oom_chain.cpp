@@ -93,7 +93,8 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
     rep.handlers_freed = freed;
     rep.handler_failures = failures;
     ++stats_.num_ooms;
-    if (trace_.on()) trace_.record(trace_action::oom, 0, bytes, native);
+    // As PyTorch: the address slot holds the device's free bytes then.
+    if (trace_.on()) trace_.record(trace_action::oom, rep.device_free, bytes, native);
     text = rep.to_text();
     last_oom_ = std::move(rep);
   }

@@ -2,17 +2,20 @@
 // of PyTorch's torch.cuda.memory._dump_snapshot, so PyTorch's memory
 // visualizer (pytorch.org/memory_viz) and its scripts read it.
 //
-// Mapping: every run of adjacent mapped pages in an arena is one segment
-// (is_expandable: pages come and go like PyTorch's expandable segments);
+// Mapping: every run of adjacent mapped pages in an arena is one segment;
 // large blocks, and the objects of small-arena slabs, are its blocks,
-// clipped to the run; trace events keep their PyTorch names, and `stitch`
-// (which PyTorch does not have) is left out: its pages appear as
-// segment_unmap and segment_map events.
+// clipped to the run, and what lies between them (the ends of slabs) is an
+// inactive block, so the blocks tile the segment exactly: the viewer walks
+// a segment's blocks to find their addresses and checks their sizes add up
+// to total_size. Trace events keep their PyTorch names and carry requested
+// sizes; page events become segment_alloc/segment_free of the segments
+// (segment_history.hpp), which every view of the viewer draws.
 #include <algorithm>
 #include <string_view>
 
 #include "caching_allocator.hpp"
 #include "pickle_writer.hpp"
+#include "segment_history.hpp"
 
 namespace strata {
 
@@ -52,11 +55,14 @@ std::string caching_allocator::snapshot_pickle() {
   std::lock_guard lock(mu_);
   pickle_writer w;
   w.begin_dict();
+  std::vector<mapped_run> runs;
+  std::vector<arena_range> ranges;
   w.key("segments");
   w.begin_list();
   for (std::size_t k = 0; k < arenas_.size(); ++k) {
     stream_arena& a = *arenas_[k];
-    const auto native = reinterpret_cast<std::uintptr_t>(owners_[k]->stream.native);
+    const auto native = reinterpret_cast<std::uintptr_t>(a.stream().native);
+    ranges.push_back({a.page_addr(0), a.page_addr(0) + a.page_count() * granularity_});
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {
       std::size_t j = i;
       while (j + 1 < a.page_count() && a.is_mapped(j + 1)) ++j;
@@ -64,11 +70,14 @@ std::string caching_allocator::snapshot_pickle() {
       const std::uintptr_t hi = a.page_addr(j) + granularity_;
       // Blocks of the segment, clipped to it; the totals follow them.
       segment_totals t;
+      std::uintptr_t cursor = lo;  // blocks so far tile [lo, cursor)
       const auto add = [&](std::uintptr_t addr, std::size_t size, std::size_t requested,
                            const char* state) {
-        const std::uintptr_t b = std::max(addr, lo);
+        const std::uintptr_t b = std::max({addr, lo, cursor});
         const std::uintptr_t e = std::min<std::uintptr_t>(addr + size, hi);
         if (b >= e) return;
+        if (b > cursor) write_block(w, cursor, b - cursor, 0, "inactive");
+        cursor = e;
         const std::string_view s = state;
         if (s == "active_allocated") {
           t.allocated += e - b;
@@ -90,7 +99,7 @@ std::string caching_allocator::snapshot_pickle() {
       w.integer(0);
       w.end_tuple();
       w.key("is_expandable");
-      w.boolean(true);
+      w.boolean(false);
       w.field_empty_list("frames");
       w.key("blocks");
       w.begin_list();
@@ -115,7 +124,9 @@ std::string caching_allocator::snapshot_pickle() {
         add(it->first, b.size, b.state == block_state::allocated && !parked ? b.requested : 0,
             state);
       }
+      if (cursor < hi) write_block(w, cursor, hi - cursor, 0, "inactive");
       w.end_list();
+      runs.push_back({lo, hi, native});
       w.field_uint("allocated_size", t.allocated);
       w.field_uint("active_size", t.active);
       w.field_uint("requested_size", t.requested);
@@ -128,11 +139,11 @@ std::string caching_allocator::snapshot_pickle() {
   w.key("device_traces");
   w.begin_list();
   w.begin_list();
-  for (const trace_event& e : trace_.events()) {
-    if (e.action == trace_action::stitch) continue;
+  for (const trace_event& e : segment_lifetimes(trace_.events(), runs, ranges)) {
     w.begin_dict();
     w.field("action", trace_action_name(e.action));
-    w.field_uint("addr", e.address);
+    // PyTorch's oom entry has the device's free bytes where others have addr.
+    w.field_uint(e.action == trace_action::oom ? "device_free" : "addr", e.address);
     w.field_uint("size", e.size);
     w.field_uint("stream", e.stream);
     w.key("time_us");

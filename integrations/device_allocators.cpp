@@ -82,6 +82,10 @@ void device_allocators::write_report() {
     path = options_.report_on_exit;
   }
   if (path.empty()) return;
+  if (path.ends_with(".pickle")) {
+    write_snapshots(path);
+    return;
+  }
   std::ofstream out(path);
   if (!out) {
     std::fprintf(stderr, "%s: cannot write the exit report to %s\n", who_, path.c_str());
@@ -97,6 +101,20 @@ void device_allocators::write_report() {
   if (!out.flush()) {
     std::fprintf(stderr, "%s: writing the exit report to %s failed\n", who_, path.c_str());
   }
+}
+
+// A PyTorch memory snapshot per device: device 0's at `path`, device N's at
+// `path` with ".deviceN" before ".pickle".
+void device_allocators::write_snapshots(const std::string& path) {
+  for_each([&](int index, allocator& a) {
+    std::string file = path;
+    if (index > 0) file.insert(file.size() - 7, ".device" + std::to_string(index));
+    std::ofstream out(file, std::ios::binary);
+    out << a.snapshot_pickle();
+    if (!out.flush()) {
+      std::fprintf(stderr, "%s: cannot write the exit snapshot to %s\n", who_, file.c_str());
+    }
+  });
 }
 
 }  // namespace strata::integration

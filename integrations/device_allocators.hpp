@@ -69,11 +69,14 @@ class device_allocators {
   [[nodiscard]] bool on() const { return !off_.load(std::memory_order_acquire); }
 
   /// Writes the stats, the memory summary and the last OOM report of every
-  /// allocator to the STRATA_CONF `report_on_exit` path (nothing if unset).
-  /// Errors go to stderr. Registered with atexit on first use.
+  /// allocator to the STRATA_CONF `report_on_exit` path (nothing if unset);
+  /// a path ending in ".pickle" gets each device's PyTorch memory snapshot
+  /// instead (device N > 0 at PATH.deviceN.pickle). Errors go to stderr.
+  /// Registered with atexit on first use.
   void write_report();
 
  private:
+  void write_snapshots(const std::string& path);
   allocator* create(int index);
   // Stops Strata for good, saying why once.
   void turn_off(const std::string& why);

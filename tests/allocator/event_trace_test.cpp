@@ -108,7 +108,7 @@ TEST(EventTrace, PickleLoadsInPythonWithPytorchsStructure) {
   std::ofstream(path, std::ios::binary) << bytes;
   const std::string cmd = std::string("python3 ") + STRATA_TEST_SOURCE_DIR +
                           "/allocator/check_snapshot_pickle.py " + path + " " +
-                          std::to_string(live.size());
+                          std::to_string(live.size()) + " --complete";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;  // NOLINT(cert-env33-c): test harness
   for (void* p : live) ASSERT_TRUE(a.free(p).ok());
 }

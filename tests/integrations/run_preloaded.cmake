@@ -2,6 +2,8 @@
 # -D PROGRAM=... -D ARGS="a;b" -D SHIM=... -D CONF=... [-D LIBRARY_PATH=...]
 # [-D FIRST_PRELOAD=<sanitizer runtime>] -D EXPECT="regex;regex"
 # [-D STDERR_ONCE=regex] [-D REPORT=path -D REPORT_EXPECT="regex;..."]
+# [-D SNAPSHOT=path.pickle -D CHECKER=check_snapshot_pickle.py]: the exit
+# snapshot, device 0's at the path and device 1's beside it, both checked.
 set(preload ${SHIM})
 if(FIRST_PRELOAD)
   set(preload "${FIRST_PRELOAD}:${SHIM}")
@@ -12,6 +14,10 @@ if(LIBRARY_PATH)
 endif()
 if(REPORT)
   file(REMOVE ${REPORT})
+endif()
+if(SNAPSHOT)
+  string(REPLACE ".pickle" ".device1.pickle" snapshot1 ${SNAPSHOT})
+  file(REMOVE ${SNAPSHOT} ${snapshot1})
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env ${env} ${PROGRAM} ${ARGS}
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -45,4 +51,12 @@ if(REPORT)
     endif()
   endforeach()
   message("exit report at ${REPORT}")
+endif()
+if(SNAPSHOT)
+  foreach(file ${SNAPSHOT} ${snapshot1})
+    execute_process(COMMAND python3 ${CHECKER} ${file} RESULT_VARIABLE checked)
+    if(NOT checked EQUAL 0)
+      message(FATAL_ERROR "the exit snapshot ${file} does not draw in PyTorch's viewer")
+    endif()
+  endforeach()
 endif()
