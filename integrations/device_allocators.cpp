@@ -1,5 +1,7 @@
 #include "device_allocators.hpp"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <fstream>
 
@@ -15,7 +17,42 @@ void report_at_exit() {
   if (reporting != nullptr) reporting->write_report();
 }
 
+// Every device_allocators of the process (the shim's and the plugin's), for
+// the fork handler, which takes no argument.
+constexpr std::size_t max_instances = 4;
+std::array<std::atomic<device_allocators*>, max_instances> instances{};
+
+void after_fork_in_child() {
+  for (auto& i : instances) {
+    if (device_allocators* d = i.load(std::memory_order_acquire)) d->forked_child();
+  }
+}
+
 }  // namespace
+
+device_allocators::device_allocators(const char* who) : who_(who) {
+  static const int registered = pthread_atfork(nullptr, nullptr, after_fork_in_child);
+  (void)registered;
+  for (auto& i : instances) {
+    device_allocators* none = nullptr;
+    if (i.compare_exchange_strong(none, this, std::memory_order_acq_rel)) return;
+  }
+}
+
+device_allocators::~device_allocators() {
+  for (auto& i : instances) {
+    device_allocators* self = this;
+    i.compare_exchange_strong(self, nullptr, std::memory_order_acq_rel);
+  }
+}
+
+void device_allocators::forked_child() noexcept {
+  forked_.store(true, std::memory_order_release);
+  off_.store(true, std::memory_order_release);
+  // The parent's allocators stay in memory, unreachable: their streams'
+  // threads do not exist here, and destroying them would wait for those.
+  for (auto& slot : allocators_) slot.store(nullptr, std::memory_order_release);
+}
 
 std::string stats_json(const stat_map& stats) {
   std::string out = "{";
@@ -76,6 +113,7 @@ allocator* device_allocators::create(int index) {
 }
 
 void device_allocators::write_report() {
+  if (forked_.load(std::memory_order_acquire)) return;  // the parent reports
   std::string path;
   {
     std::lock_guard lock(mu_);

@@ -13,6 +13,12 @@
 // reason is printed once on stderr and `get` returns null from then on, so
 // the integration passes every call through instead of breaking the program.
 //
+// After fork(), Strata is off in the child (a pthread_atfork handler): the
+// child has none of the parent's stream threads or driver context, so `get`
+// and `owner_of` return null there and every call passes through to the
+// real CUDA functions, which refuse use after fork as CUDA does. The
+// parent goes on unaffected; the child writes no exit report.
+//
 // Thread safety: every member may be called concurrently. `get` is one
 // atomic load once the device's allocator exists.
 #pragma once
@@ -37,12 +43,16 @@ class device_allocators {
   static constexpr int max_devices = 64;
 
   /// `who` names the integration in messages ("strata preload").
-  explicit device_allocators(const char* who) : who_(who) {}
+  explicit device_allocators(const char* who);
   device_allocators(const device_allocators&) = delete;
   device_allocators& operator=(const device_allocators&) = delete;
   device_allocators(device_allocators&&) = delete;
   device_allocators& operator=(device_allocators&&) = delete;
-  ~device_allocators() = default;
+  ~device_allocators();
+
+  /// In a child after fork(): Strata off, no allocator reachable. Called by
+  /// the pthread_atfork child handler (async-signal-safe: atomic stores).
+  void forked_child() noexcept;
 
   /// The allocator of device `index`, created on first use; null when
   /// Strata is off (see above) or `index` is not in [0, max_devices).
@@ -84,6 +94,7 @@ class device_allocators {
   const char* who_;
   std::array<std::atomic<allocator*>, max_devices> allocators_{};
   std::atomic<bool> off_{false};
+  std::atomic<bool> forked_{false};
   std::mutex mu_;  // creation and the first configuration
   bool configured_ = false;
   allocator_options options_;

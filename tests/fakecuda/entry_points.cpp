@@ -6,6 +6,9 @@
 // runs the rule-checking implementation in fake_driver.
 #include "entry_points.hpp"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <utility>
 
 #include "call_log.hpp"
@@ -15,8 +18,15 @@ namespace fakecuda {
 
 namespace {
 
+// As a real driver: a process forked after the driver was used cannot use
+// it; every call in the child fails, touching none of the parent's state
+// (its locks may be held by threads that do not exist in the child).
+std::atomic<bool> forked{false};
+const int fork_rule = pthread_atfork(nullptr, nullptr, [] { forked.store(true); });
+
 template <class Body>
 CUresult call(const char* name, needs n, std::string described, Body&& body) {
+  if (forked.load()) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = calls().begin(name);
   if (r == CUDA_SUCCESS) r = fake_driver::get().check(n);
   if (r == CUDA_SUCCESS) r = std::forward<Body>(body)();

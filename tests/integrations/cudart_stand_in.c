@@ -1,10 +1,12 @@
 /* A stand-in for the CUDA runtime, for the preload shim's tests on the sim
  * device: the "real" library the shim passes foreign pointers and every call
  * to when Strata is off. Memory is host memory; streams are distinct
- * handles; every call is counted (stand_in_rt_calls).
+ * handles; every call is counted (stand_in_rt_calls). As CUDA, it refuses
+ * use in a child after fork (cudaErrorInitializationError).
  *
  * Thread safety: every function may be called concurrently. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,13 @@
 static atomic_ulong mallocs;
 static atomic_ulong frees;
 static _Thread_local int device;
+static atomic_int forked;
+
+static void in_forked_child(void) { atomic_store(&forked, 1); }
+
+__attribute__((constructor)) static void watch_fork(void) {
+  pthread_atfork(NULL, NULL, in_forked_child);
+}
 
 /* Calls of `name` ("cudaMalloc", "cudaFree") so far. */
 EXPORT unsigned long stand_in_rt_calls(const char* name) {
@@ -30,6 +39,7 @@ EXPORT void* stand_in_rt_foreign(size_t size) {
 
 EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
   atomic_fetch_add(&mallocs, 1);
+  if (atomic_load(&forked)) return cudaErrorInitializationError;
   if (ptr == NULL) return cudaErrorInvalidValue;
   *ptr = size == 0 ? NULL : aligned_alloc(256, (size + 255) / 256 * 256);
   return size == 0 || *ptr != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -37,6 +47,7 @@ EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
 
 EXPORT cudaError_t cudaFree(void* ptr) {
   atomic_fetch_add(&frees, 1);
+  if (atomic_load(&forked)) return cudaErrorInitializationError;
   free(ptr);
   return cudaSuccess;
 }
