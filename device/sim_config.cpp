@@ -31,6 +31,17 @@ status apply(sim_config& config, const option& opt) {
     field = *v;
     return {};
   };
+  // A delay of at most 10 s: more is a typo, and would stall every stream.
+  const auto set_delay = [&](std::uint64_t& field) -> status {
+    auto v = parse_count(opt.key, opt.value);
+    if (!v) return v.error();
+    if (*v > max_sim_delay_us) {
+      return invalid("bad value '" + std::string(opt.value) + "' for '" + std::string(opt.key) +
+                     "': expected microseconds from 0 to " + std::to_string(max_sim_delay_us));
+    }
+    field = *v;
+    return {};
+  };
   const auto set_rate = [&](double& field) -> status {
     auto v = parse_rate(opt.key, opt.value);
     if (!v) return v.error();
@@ -46,8 +57,8 @@ status apply(sim_config& config, const option& opt) {
   if (opt.key == "h2d_gbps") return set_rate(config.h2d_gbps);
   if (opt.key == "d2h_gbps") return set_rate(config.d2h_gbps);
   if (opt.key == "d2d_gbps") return set_rate(config.d2d_gbps);
-  if (opt.key == "copy_latency_us") return set_count(config.copy_latency_us);
-  if (opt.key == "op_delay_us") return set_count(config.op_delay_us);
+  if (opt.key == "copy_latency_us") return set_delay(config.copy_latency_us);
+  if (opt.key == "op_delay_us") return set_delay(config.op_delay_us);
   if (opt.key == "adopt_streams") {
     if (opt.value != "true" && opt.value != "false") {
       return invalid("bad value '" + std::string(opt.value) +
@@ -73,9 +84,15 @@ result<sim_config> parse_sim_config(std::string_view text) {
   for (const auto& opt : *options) {
     if (auto s = apply(config, opt); !s) return s;
   }
-  if (config.granularity < 4096 || !std::has_single_bit(config.granularity)) {
+  if (config.granularity < 4096 || config.granularity > max_sim_granularity ||
+      !std::has_single_bit(config.granularity)) {
     return invalid("bad value for 'granularity': " + std::to_string(config.granularity) +
-                   " is not a power of two of at least 4096 bytes");
+                   " is not a power of two from 4 KiB to 1 GiB");
+  }
+  if (config.capacity > max_sim_capacity) {
+    return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +
+                   " is more than the sim device's limit of " + format_bytes(max_sim_capacity) +
+                   " (its address space is twice the capacity)");
   }
   if (config.capacity < config.granularity || config.capacity % config.granularity != 0) {
     return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +

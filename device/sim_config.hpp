@@ -21,6 +21,13 @@ inline constexpr std::size_t sim_fault_count = 4;
 /// "Never fail".
 inline constexpr std::uint64_t sim_fault_never = std::numeric_limits<std::uint64_t>::max();
 
+/// Limits of the sim device's keys, each refused beyond with a message: the
+/// capacity (16 TiB: twice it must fit in the address space), the page
+/// granularity (1 GiB) and the copy latency and operation delay (10 s).
+inline constexpr std::uint64_t max_sim_capacity = std::uint64_t{1} << 44;
+inline constexpr std::uint64_t max_sim_granularity = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t max_sim_delay_us = 10'000'000;
+
 struct sim_config {
   std::uint64_t capacity = 80ULL << 30;    ///< Physical bytes, a granularity multiple.
   std::uint64_t granularity = 2ULL << 20;  ///< Page size, a power of two >= 4 KiB.

@@ -56,6 +56,20 @@ TEST(SimSpec, BadSpecsNameTheProblem) {
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.error().message().find("twice"), std::string::npos);
 
+  // Absurd values are refused when the spec is read, not later as a
+  // failure of their arithmetic.
+  for (const auto& [spec, says] :
+       {std::pair{"sim:capacity=9223372036854775808", "more than the sim device's limit of 16 TiB"},
+        std::pair{"sim:capacity=17TiB", "limit of 16 TiB"},
+        std::pair{"sim:granularity=2GiB,capacity=4GiB", "power of two from 4 KiB to 1 GiB"},
+        std::pair{"sim:op_delay_us=18446744073709551615", "expected microseconds from 0 to"},
+        std::pair{"sim:copy_latency_us=10000001", "expected microseconds from 0 to"}}) {
+    auto d = open_device(spec);
+    ASSERT_FALSE(d.ok()) << spec;
+    EXPECT_NE(d.error().message().find(says), std::string::npos) << d.error().message();
+  }
+  EXPECT_TRUE(open_device("sim:capacity=16TiB").ok()) << "the limit itself opens";
+
   auto kind = open_device("tpu:0");
   ASSERT_FALSE(kind.ok());
   EXPECT_NE(kind.error().message().find("'sim[:key=value,...]'"), std::string::npos);
