@@ -42,7 +42,7 @@ result<std::unique_ptr<sim_memory>> sim_memory::create(std::size_t capacity,
 }
 
 sim_memory::sim_memory(int fd, std::size_t capacity, std::size_t granularity)
-    : fd_(fd), capacity_(capacity), granularity_(granularity), slices_(granularity, 0) {}
+    : fd_(fd), capacity_(capacity), slices_(granularity, 0) {}
 
 sim_memory::~sim_memory() {
   for (const auto& [base, r] : reservations_) {

@@ -82,7 +82,6 @@ class sim_memory {
   std::mutex mu_;
   int fd_;
   std::size_t capacity_;
-  std::size_t granularity_;
   std::size_t used_ = 0;
   std::uint64_t file_size_ = 0;  // the memfd's size: at least every slice handed out
   std::uint64_t next_run_id_ = 1;

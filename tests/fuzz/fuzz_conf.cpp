@@ -1,0 +1,19 @@
+// libFuzzer target: the STRATA_CONF parser and the sim device-spec parser,
+// on arbitrary text. The first byte picks the parser.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "sim_config.hpp"
+#include "strata/allocator_options.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] % 2 == 0) {
+    (void)strata::parse_allocator_conf(text);
+  } else {
+    (void)strata::parse_sim_config(text);
+  }
+  return 0;
+}

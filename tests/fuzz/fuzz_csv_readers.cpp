@@ -1,0 +1,25 @@
+// libFuzzer target: both CSV readers (RMM logs, buffer lifetimes) and the
+// Strata trace JSON reader, on arbitrary text. The first byte picks the
+// reader so one corpus grows inputs for all three.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "replay/alloc_trace.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 3) {
+    case 0:
+      (void)strata::replay::read_rmm_csv(text, "fuzz.csv");
+      break;
+    case 1:
+      (void)strata::replay::read_lifetime_csv(text, "fuzz.csv");
+      break;
+    default:
+      (void)strata::replay::read_strata_trace_json(text, "fuzz.json");
+      break;
+  }
+  return 0;
+}
