@@ -11,7 +11,8 @@ namespace {
 
 constexpr std::string_view accepted_keys =
     "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
-    "log_ooms, report_on_exit, host_capacity, host_chunk, host_large, host_kept, nvme_dir, "
+    "trace_frames, log_ooms, report_on_exit, host_capacity, host_chunk, host_large, host_kept, "
+    "nvme_dir, "
     "nvme_block_size, nvme_queue_depth, nvme_capacity, nvme_verify";
 
 status invalid(std::string message) {
@@ -166,6 +167,15 @@ status apply(allocator_options& o, const conf_item& item) {
     o.wait_before_grow = item.value == "true";
     return {};
   }
+  if (item.key == "trace_frames") {
+    auto v = parse_count(item.key, item.value);
+    if (!v || *v > 32) {
+      return invalid("bad value '" + item.value +
+                     "' for 'trace_frames': expected a count of frames from 0 (none) to 32");
+    }
+    o.trace_frames = *v;
+    return {};
+  }
   if (item.key == "log_ooms") {
     if (item.value != "true" && item.value != "false") {
       return invalid("bad value '" + item.value + "' for 'log_ooms': expected true or false");
@@ -200,6 +210,11 @@ result<allocator_options> parse_allocator_conf(std::string_view text, allocator_
   if (!items) return items.error();
   for (const auto& item : *items) {
     if (auto s = apply(defaults, item); !s) return s;
+  }
+  if (defaults.trace_buffer * defaults.trace_frames * sizeof(void*) > (std::uint64_t{1} << 30)) {
+    return invalid("trace_buffer " + std::to_string(defaults.trace_buffer) + " x trace_frames " +
+                   std::to_string(defaults.trace_frames) +
+                   " needs more than 1 GiB of frames: fewer events or frames");
   }
   return defaults;
 }

@@ -53,7 +53,8 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
                    granularity_),
       classes_(options.small_size & ~std::size_t{511}, granularity_),
       events_(*dev_),
-      trace_(static_cast<std::size_t>(options.trace_buffer)),
+      trace_(static_cast<std::size_t>(options.trace_buffer),
+             static_cast<std::size_t>(options.trace_frames)),
       serial_(thread_cache::register_allocator()) {
   // A multiple of 512, so a request and its rounded block fall in the same
   // stats pool.

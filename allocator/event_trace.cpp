@@ -40,6 +40,8 @@ void event_trace::record(trace_action action, std::uintptr_t address, std::size_
   e.address = address;
   e.size = size;
   e.stream = reinterpret_cast<std::uintptr_t>(stream);
+  e.seq = next_;
+  if (frames_.on()) frames_.capture(next_);
   ++next_;
 }
 

@@ -7,7 +7,8 @@
 //
 // Cost: record() reads the monotonic clock and writes one slot: no lock of
 // its own, no system call (the clock is read through the vDSO), no heap
-// allocation (the ring is allocated up front).
+// allocation (the ring is allocated up front). With frames on
+// (trace_frames:N), it also captures N return addresses (frame_capture.hpp).
 //
 // Thread safety: none; the allocator records and exports under its mutex.
 #pragma once
@@ -16,6 +17,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "frame_capture.hpp"
 
 namespace strata {
 
@@ -41,12 +44,15 @@ struct trace_event {
   std::uintptr_t address = 0;
   std::size_t size = 0;
   std::uintptr_t stream = 0;  // the native stream handle
+  std::uint64_t seq = 0;      // its number since the trace began (frames_of)
 };
 
 class event_trace {
  public:
-  /// A ring of `capacity` events; 0 means off.
-  explicit event_trace(std::size_t capacity) : ring_(capacity) {}
+  /// A ring of `capacity` events (0 means off), each with up to `frames`
+  /// native stack frames (0: none).
+  explicit event_trace(std::size_t capacity, std::size_t frames = 0)
+      : ring_(capacity), frames_(frames, capacity) {}
 
   [[nodiscard]] bool on() const noexcept { return !ring_.empty(); }
 
@@ -56,6 +62,11 @@ class event_trace {
 
   /// Events still in the ring, oldest first.
   [[nodiscard]] std::vector<trace_event> events() const;
+  /// The frames captured with `e` (one of events()), innermost first; empty
+  /// when frames are off.
+  [[nodiscard]] std::span<void* const> frames_of(const trace_event& e) const noexcept {
+    return frames_.frames(e.seq);
+  }
   [[nodiscard]] std::size_t capacity() const noexcept { return ring_.size(); }
   /// Events recorded since creation, and how many of them were overwritten.
   [[nodiscard]] std::uint64_t recorded() const noexcept { return next_; }
@@ -69,6 +80,7 @@ class event_trace {
 
  private:
   std::vector<trace_event> ring_;
+  frame_capture frames_;
   std::uint64_t next_ = 0;
 };
 

@@ -11,9 +11,12 @@
 // sizes; page events become segment_alloc/segment_free of the segments
 // (segment_history.hpp), which every view of the viewer draws.
 #include <algorithm>
+#include <span>
 #include <string_view>
+#include <unordered_map>
 
 #include "caching_allocator.hpp"
+#include "frame_symbols.hpp"
 #include "pickle_writer.hpp"
 #include "segment_history.hpp"
 
@@ -27,14 +30,30 @@ struct segment_totals {
   std::uint64_t requested = 0;
 };
 
+// PyTorch's frame list: [{"name", "filename", "line"}], innermost first.
+void write_frames(pickle_writer& w, std::span<void* const> frames, frame_symbols& symbols) {
+  w.key("frames");
+  w.begin_list();
+  for (void* pc : frames) {
+    const frame_symbol& s = symbols.of(pc);
+    w.begin_dict();
+    w.field("name", s.name);
+    w.field("filename", s.filename);
+    w.key("line");
+    w.integer(0);
+    w.end_dict();
+  }
+  w.end_list();
+}
+
 void write_block(pickle_writer& w, std::uintptr_t addr, std::size_t size, std::size_t requested,
-                 const char* state) {
+                 const char* state, std::span<void* const> frames, frame_symbols& symbols) {
   w.begin_dict();
   w.field_uint("address", addr);
   w.field_uint("size", size);
   w.field_uint("requested_size", requested);
   w.field("state", state);
-  w.field_empty_list("frames");
+  write_frames(w, frames, symbols);
   w.end_dict();
 }
 
@@ -55,6 +74,13 @@ std::string caching_allocator::snapshot_pickle() {
   std::lock_guard lock(mu_);
   pickle_writer w;
   w.begin_dict();
+  const std::vector<trace_event> events = trace_.events();
+  // Each live block's frames are those of its latest alloc event.
+  std::unordered_map<std::uintptr_t, std::span<void* const>> alloc_frames;
+  for (const trace_event& e : events) {
+    if (e.action == trace_action::alloc) alloc_frames[e.address] = trace_.frames_of(e);
+  }
+  frame_symbols symbols;
   std::vector<mapped_run> runs;
   std::vector<arena_range> ranges;
   w.key("segments");
@@ -76,7 +102,7 @@ std::string caching_allocator::snapshot_pickle() {
         const std::uintptr_t b = std::max({addr, lo, cursor});
         const std::uintptr_t e = std::min<std::uintptr_t>(addr + size, hi);
         if (b >= e) return;
-        if (b > cursor) write_block(w, cursor, b - cursor, 0, "inactive");
+        if (b > cursor) write_block(w, cursor, b - cursor, 0, "inactive", {}, symbols);
         cursor = e;
         const std::string_view s = state;
         if (s == "active_allocated") {
@@ -84,7 +110,11 @@ std::string caching_allocator::snapshot_pickle() {
           t.requested += requested;
         }
         if (s != "inactive") t.active += e - b;
-        write_block(w, b, e - b, requested, state);
+        const auto f = alloc_frames.find(addr);
+        write_block(
+            w, b, e - b, requested, state,
+            s != "inactive" && f != alloc_frames.end() ? f->second : std::span<void* const>{},
+            symbols);
       };
       w.begin_dict();
       w.key("device");
@@ -124,7 +154,7 @@ std::string caching_allocator::snapshot_pickle() {
         add(it->first, b.size, b.state == block_state::allocated && !parked ? b.requested : 0,
             state);
       }
-      if (cursor < hi) write_block(w, cursor, hi - cursor, 0, "inactive");
+      if (cursor < hi) write_block(w, cursor, hi - cursor, 0, "inactive", {}, symbols);
       w.end_list();
       runs.push_back({lo, hi, native});
       w.field_uint("allocated_size", t.allocated);
@@ -139,7 +169,7 @@ std::string caching_allocator::snapshot_pickle() {
   w.key("device_traces");
   w.begin_list();
   w.begin_list();
-  for (const trace_event& e : segment_lifetimes(trace_.events(), runs, ranges)) {
+  for (const trace_event& e : segment_lifetimes(events, runs, ranges)) {
     w.begin_dict();
     w.field("action", trace_action_name(e.action));
     // PyTorch's oom entry has the device's free bytes where others have addr.
@@ -148,7 +178,7 @@ std::string caching_allocator::snapshot_pickle() {
     w.field_uint("stream", e.stream);
     w.key("time_us");
     w.integer(e.time_ns / 1000);
-    w.field_empty_list("frames");
+    write_frames(w, trace_.frames_of(e), symbols);
     w.end_dict();
   }
   w.end_list();
@@ -158,6 +188,7 @@ std::string caching_allocator::snapshot_pickle() {
   w.begin_dict();
   w.field("allocator", "strata");
   w.field_uint("trace_buffer", trace_.capacity());
+  w.field_uint("trace_frames", options_.trace_frames);
   w.end_dict();
   w.end_dict();
   return std::move(w).finish();

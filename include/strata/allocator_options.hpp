@@ -66,6 +66,10 @@ struct allocator_options {
   /// trace off. While it is on, every call takes the locked path so that
   /// the trace is complete and in order. At most 2^26.
   std::uint64_t trace_buffer = 0;
+  /// Native stack frames captured with each trace event (0 to 32; 0: none),
+  /// symbolized in snapshot_pickle(). Costs a backtrace() per event and
+  /// trace_buffer x trace_frames x 8 bytes, at most 1 GiB in all.
+  std::uint64_t trace_frames = 0;
   /// Print each out-of-memory report to stderr (one line per failed
   /// request, after the whole OOM chain). The report is returned with the
   /// error and kept for last_oom_report() either way.

@@ -17,7 +17,10 @@ using only the standard pickle module:
     saw blocks allocated and freed), no block reads as "allocated before
     the trace" in the viewer's timeline and every kind of event is there.
 
-Usage: check_snapshot_pickle.py FILE [LIVE_BLOCKS] [--complete]
+  - frames are PyTorch's [{"name", "filename", "line"}]; with --frames,
+    every alloc event and every live block has some.
+
+Usage: check_snapshot_pickle.py FILE [LIVE_BLOCKS] [--complete] [--frames]
 Exits non-zero with a message on the first mismatch."""
 import pickle
 import sys
@@ -35,7 +38,18 @@ def fail(msg):
     sys.exit(1)
 
 
-def check_segments(snap):
+def check_frames(frames, what, required):
+    if not isinstance(frames, list):
+        fail("%s: frames is not a list" % what)
+    for f in frames:
+        if not isinstance(f, dict) or set(f) != {"name", "filename", "line"} \
+                or not isinstance(f["name"], str) or not isinstance(f["line"], int):
+            fail("%s: frame %r" % (what, f))
+    if required and not frames:
+        fail("%s has no frames" % what)
+
+
+def check_segments(snap, frames):
     live = 0
     for seg in snap["segments"]:
         if set(seg) != SEGMENT_KEYS:
@@ -53,6 +67,8 @@ def check_segments(snap):
             if b["size"] <= 0:
                 fail("segment %#x: empty block at %#x" % (seg["address"], b["address"]))
             walk += b["size"]
+            check_frames(b["frames"], "block %#x" % b["address"],
+                         frames and b["state"] == "active_allocated")
             if b["state"] == "active_allocated":
                 live += 1
                 sums["allocated"] += b["size"]
@@ -69,7 +85,7 @@ def check_segments(snap):
     return live
 
 
-def check_trace(snap, complete):
+def check_trace(snap, complete, frames):
     traces = snap["device_traces"]
     if not isinstance(traces, list) or len(traces) != 1:
         fail("device_traces is not a list of one device")
@@ -82,6 +98,7 @@ def check_trace(snap, complete):
         keys.add("device_free" if e["action"] == "oom" else "addr")
         if set(e) != keys:
             fail("trace event keys %s" % sorted(e))
+        check_frames(e["frames"], "%s event" % e["action"], frames and e["action"] == "alloc")
         if last is not None and e["time_us"] < last:
             fail("trace events out of time order")
         last = e["time_us"]
@@ -141,10 +158,11 @@ def main():
         snap = pickle.load(f)
     if not isinstance(snap, dict) or "segments" not in snap or "device_traces" not in snap:
         fail("top level is not a dict with segments and device_traces")
-    live = check_segments(snap)
+    frames = "--frames" in sys.argv
+    live = check_segments(snap, frames)
     if len(args) > 1 and live != int(args[1]):
         fail("%d live blocks, expected %d" % (live, int(args[1])))
-    events = check_trace(snap, complete)
+    events = check_trace(snap, complete, frames)
     seen = {e["action"] for e in events}
     for action in ("alloc", "free_requested", "free_completed", "segment_alloc"):
         if complete and action not in seen:

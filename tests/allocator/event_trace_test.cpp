@@ -113,5 +113,29 @@ TEST(EventTrace, PickleLoadsInPythonWithPytorchsStructure) {
   for (void* p : live) ASSERT_TRUE(a.free(p).ok());
 }
 
+// trace_frames: each event carries the stack that made it, and each live
+// block its allocation's, written as PyTorch's frame dicts.
+TEST(EventTrace, FramesAreCapturedAndWrittenWithEachEvent) {
+  allocator_options o;
+  o.trace_buffer = 256;
+  o.trace_frames = 6;
+  auto a = make_allocator("sim:capacity=64MiB", o);
+  ASSERT_TRUE(a);
+  std::vector<void*> live;
+  for (std::size_t n : {std::size_t{100}, 3 * mib}) live.push_back(*a->malloc_async(n, nullptr));
+  void* gone = *a->malloc_async(4096, nullptr);
+  ASSERT_TRUE(a->free_async(gone, nullptr).ok());
+  const std::string path = ::testing::TempDir() + "strata_frames.pickle";
+  std::ofstream(path, std::ios::binary) << a->snapshot_pickle();
+  const std::string cmd = std::string("python3 ") + STRATA_TEST_SOURCE_DIR +
+                          "/allocator/check_snapshot_pickle.py " + path + " 2 --complete --frames";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;  // NOLINT(cert-env33-c): test harness
+  for (void* p : live) ASSERT_TRUE(a->free(p).ok());
+  auto too_many = parse_allocator_conf("trace_buffer:67108864,trace_frames:32");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.error().message().find("more than 1 GiB of frames"), std::string::npos);
+  EXPECT_FALSE(parse_allocator_conf("trace_frames:33").ok());
+}
+
 }  // namespace
 }  // namespace strata::testing
