@@ -184,6 +184,26 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
     o += "<h3>At event " + std::to_string(oom.op) + "</h3>\n<pre>" + escape(oom.message) +
          "</pre>\n";
   }
+  if (!r.failures.empty()) {
+    o += "<h2>The recording allocator's OOMs</h2>\n<table><tr><th>where</th><th>requested</th>"
+         "<th>device free then</th><th>Strata had</th><th>would it fit</th></tr>\n";
+    for (const replay_failure& f : r.failures) {
+      o += "<tr><td>" + escape(f.recorded.where) + "</td><td>" + format_bytes(f.recorded.size) +
+           "</td><td>" +
+           (f.recorded.device_free_known ? format_bytes(f.recorded.device_free) : "-") +
+           "</td><td>" + format_bytes(f.strata_available) + "</td><td>" +
+           (f.fits ? "yes" : "no") + "</td></tr>\n";
+    }
+    o += "</table>\n";
+  }
+  if (!trace.unknown_actions.empty()) {
+    o += "<h2>Not replayed</h2>\n<table><tr><th>action</th><th>events</th><th>first at</th></tr>\n";
+    for (const unknown_action& u : trace.unknown_actions) {
+      o += "<tr><td>" + escape(printable(u.name)) + "</td><td>" + std::to_string(u.count) +
+           "</td><td>" + escape(u.first) + "</td></tr>\n";
+    }
+    o += "</table>\n";
+  }
   return o + "</body></html>\n";
 }
 
