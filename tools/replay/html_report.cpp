@@ -191,8 +191,8 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
       o += "<tr><td>" + escape(f.recorded.where) + "</td><td>" + format_bytes(f.recorded.size) +
            "</td><td>" +
            (f.recorded.device_free_known ? format_bytes(f.recorded.device_free) : "-") +
-           "</td><td>" + format_bytes(f.strata_available) + "</td><td>" +
-           (f.fits ? "yes" : "no") + "</td></tr>\n";
+           "</td><td>" + format_bytes(f.strata_available) + "</td><td>" + (f.fits ? "yes" : "no") +
+           "</td></tr>\n";
     }
     o += "</table>\n";
   }

@@ -275,7 +275,15 @@ class snapshot_reader {
                            std::to_string(was->second) +
                            " freed it and nothing allocated it again");
       }
-      auto requested = integer(b, "requested_size", bw, max_trace_bytes, false, 0);
+      // Legacy blocks may lack requested_size: the viewer then takes the
+      // first history entry's real_size.
+      std::uint64_t legacy = 0;
+      if (const pickle_value* h = b.get("history"); h != nullptr && !h->items().empty()) {
+        auto real = integer(h->items()[0], "real_size", bw + " history 0", max_trace_bytes, false);
+        if (!real) return real.error();
+        legacy = *real;
+      }
+      auto requested = integer(b, "requested_size", bw, max_trace_bytes, false, legacy);
       if (!requested) return requested.error();
       trace_op seed;
       seed.addr = *addr;

@@ -75,14 +75,15 @@ def oom_expandable():
 
 
 def no_block_address():
-    # PyTorch 2.0: blocks carry size, state and history but no address; two
+    # PyTorch 2.0: blocks carry size, state and history but no address (and
+    # one no requested_size: its history's real_size stands for it); two
     # blocks are live before the trace begins.
     base = 0x7E0000000000
     blocks = [
         {"size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_allocated",
          "history": [{"addr": base, "real_size": 2 * MiB, "frames": frames(20)}]},
         {"size": 4 * MiB, "requested_size": 3 * MiB, "state": "inactive", "history": []},
-        {"size": 6 * MiB, "requested_size": 5 * MiB, "state": "active_allocated",
+        {"size": 6 * MiB, "state": "active_allocated",
          "history": [{"addr": base + 6 * MiB, "real_size": 5 * MiB, "frames": frames(21)}]},
         {"size": 8 * MiB, "requested_size": 8 * MiB, "state": "inactive", "history": []},
     ]
