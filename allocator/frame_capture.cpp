@@ -64,7 +64,7 @@ void frame_capture::capture(std::uint64_t slot) noexcept {
   }
 
   const std::size_t kept = std::min(frames_, n - first);
-  const std::size_t at = static_cast<std::size_t>(slot % slots_);
+  const auto at = static_cast<std::size_t>(slot % slots_);
   std::copy_n(raw.begin() + static_cast<std::ptrdiff_t>(first), kept,
               ring_.begin() + static_cast<std::ptrdiff_t>(at * frames_));
   counts_[at] = static_cast<std::uint8_t>(kept);
@@ -72,7 +72,7 @@ void frame_capture::capture(std::uint64_t slot) noexcept {
 
 std::span<void* const> frame_capture::frames(std::uint64_t slot) const noexcept {
   if (frames_ == 0) return {};
-  const std::size_t at = static_cast<std::size_t>(slot % slots_);
+  const auto at = static_cast<std::size_t>(slot % slots_);
   return {ring_.data() + at * frames_, counts_[at]};
 }
 

@@ -80,7 +80,7 @@ class run_set {
     }
     return arenas_.size();
   }
-  bool joins(map::iterator a, map::iterator b) const {
+  [[nodiscard]] bool joins(map::iterator a, map::iterator b) const {
     return a->second.hi == b->first && a->second.stream == b->second.stream &&
            arena_of(a->first) == arena_of(b->first);
   }
@@ -111,7 +111,8 @@ std::vector<trace_event> segment_lifetimes(const std::vector<trace_event>& event
   run_set runs(arenas);
   for (const mapped_run& r : now) runs.add(r.lo, r.hi, r.stream);
   // Undo the page events, newest first: the runs before the oldest event.
-  for (auto e = events.rbegin(); e != events.rend(); ++e) {
+  // (std::views::reverse: clang 14 rejects libstdc++ 12's ranges.)
+  for (auto e = events.rbegin(); e != events.rend(); ++e) {  // NOLINT(modernize-loop-convert)
     if (e->action == trace_action::segment_map) runs.remove(e->address, e->address + e->size);
     if (e->action == trace_action::segment_unmap) {
       runs.add(e->address, e->address + e->size, e->stream);

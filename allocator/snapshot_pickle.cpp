@@ -85,8 +85,8 @@ std::string caching_allocator::snapshot_pickle() {
   std::vector<arena_range> ranges;
   w.key("segments");
   w.begin_list();
-  for (std::size_t k = 0; k < arenas_.size(); ++k) {
-    stream_arena& a = *arenas_[k];
+  for (const auto& arena : arenas_) {
+    stream_arena& a = *arena;
     const auto native = reinterpret_cast<std::uintptr_t>(a.stream().native);
     ranges.push_back({a.page_addr(0), a.page_addr(0) + a.page_count() * granularity_});
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {

@@ -186,7 +186,7 @@ TEST(PickleReader, HostileStructuresAreRefusedOrReadAsPythonDoes) {
            // APPEND reaching below a MARK
            bad{std::string("\x80\x04](K\x01"
                            "0a.",
-                           10),
+                           9),
                "APPEND without a list"},
            bad{std::string("\x80\x04](a.", 6), "APPEND without a list"},
            bad{std::string("\x80\x04K\x01(.", 6), "STOP with a stack"},
@@ -200,7 +200,7 @@ TEST(PickleReader, HostileStructuresAreRefusedOrReadAsPythonDoes) {
     EXPECT_NE(v.error().message().find("offset "), std::string::npos);
   }
   // {'k': 1, 'k': 2} reads 2, as Python's dict would.
-  auto twice = read_pickle(std::string("\x80\x04}(\x8c\x01kK\x01\x8c\x01kK\x02u.", 17));
+  auto twice = read_pickle(std::string("\x80\x04}(\x8c\x01kK\x01\x8c\x01kK\x02u.", 16));
   ASSERT_TRUE(twice.ok()) << twice.error().to_string();
   EXPECT_EQ(twice->get("k")->as_int(), 2);
 }

@@ -357,7 +357,9 @@ const void* pickle_value::container() const noexcept {
 const pickle_value* pickle_value::get(std::string_view key) const {
   const auto* d = std::get_if<std::shared_ptr<pickle_dict>>(&v_);
   if (d == nullptr) return nullptr;
-  for (auto it = (*d)->rbegin(); it != (*d)->rend(); ++it) {
+  // Newest first. (std::views::reverse is not usable: clang 14 builds the
+  // fuzz targets against libstdc++ 12, whose ranges it rejects.)
+  for (auto it = (*d)->rbegin(); it != (*d)->rend(); ++it) {  // NOLINT(modernize-loop-convert)
     if (it->first.is_string() && it->first.as_string() == key) return &it->second;
   }
   return nullptr;

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <fstream>
+#include <system_error>
 #include <unordered_map>
 
 #include "alloc_trace.hpp"
@@ -289,7 +289,8 @@ result<std::string> read_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     return status{errc::invalid_argument,
-                  path + ": cannot open the file (" + std::string(std::strerror(errno)) + ")"};
+                  path + ": cannot open the file (" +
+                      std::error_code(errno, std::generic_category()).message() + ")"};
   }
   if (S_ISDIR(st.st_mode)) return status{errc::invalid_argument, path + ": is a directory"};
   if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
