@@ -76,8 +76,11 @@ TEST(TraceFormats, ReplayAnswersWhetherStrataHadTheMemory) {
   }
 }
 
-// A one-event snapshot whose event is written by `fill` (inside its dict).
-std::string snapshot_with(const std::function<void(pickle_writer&)>& fill, bool segments = true) {
+// A snapshot of `count` events, event i written by `fill(i, w)` inside its
+// dict; `segments` false writes `segments: 5` instead of a list.
+std::string snapshot_of(std::size_t count,
+                        const std::function<void(std::size_t, pickle_writer&)>& fill,
+                        bool segments = true) {
   pickle_writer w;
   w.begin_dict();
   w.key("segments");
@@ -90,13 +93,20 @@ std::string snapshot_with(const std::function<void(pickle_writer&)>& fill, bool 
   w.key("device_traces");
   w.begin_list();
   w.begin_list();
-  w.begin_dict();
-  fill(w);
-  w.end_dict();
+  for (std::size_t i = 0; i < count; ++i) {
+    w.begin_dict();
+    fill(i, w);
+    w.end_dict();
+  }
   w.end_list();
   w.end_list();
   w.end_dict();
   return std::move(w).finish();
+}
+
+std::string snapshot_with(const std::function<void(pickle_writer&)>& fill, bool segments = true) {
+  return snapshot_of(
+      1, [&](std::size_t, pickle_writer& w) { fill(w); }, segments);
 }
 
 TEST(TraceValidation, WrongFieldValuesAreErrorsNamingTheEvent) {
@@ -163,23 +173,10 @@ TEST(TraceValidation, WrongFieldValuesAreErrorsNamingTheEvent) {
 }
 
 TEST(TraceValidation, UnknownActionsAreCountedByName) {
-  pickle_writer w;
-  w.begin_dict();
-  w.key("segments");
-  w.begin_list();
-  w.end_list();
-  w.key("device_traces");
-  w.begin_list();
-  w.begin_list();
-  for (int i = 0; i < 3; ++i) {
-    w.begin_dict();
+  const std::string bytes = snapshot_of(3, [](std::size_t i, pickle_writer& w) {
     w.field("action", i == 2 ? "teleport" : "defrag");
-    w.end_dict();
-  }
-  w.end_list();
-  w.end_list();
-  w.end_dict();
-  auto t = read_pytorch_snapshot(std::move(w).finish(), "s.pickle", 0);
+  });
+  auto t = read_pytorch_snapshot(bytes, "s.pickle", 0);
   ASSERT_TRUE(t.ok()) << t.error().to_string();
   ASSERT_EQ(t->unknown_actions.size(), 2u);
   EXPECT_EQ(t->unknown_actions[0].name, "defrag");
@@ -189,25 +186,12 @@ TEST(TraceValidation, UnknownActionsAreCountedByName) {
 }
 
 TEST(TraceValidation, DoubleFreesAreErrorsInEveryFormat) {
-  pickle_writer w;
-  w.begin_dict();
-  w.key("segments");
-  w.begin_list();
-  w.end_list();
-  w.key("device_traces");
-  w.begin_list();
-  w.begin_list();
-  for (const char* action : {"alloc", "free_requested", "free_requested"}) {
-    w.begin_dict();
-    w.field("action", action);
+  const std::string bytes = snapshot_of(3, [](std::size_t i, pickle_writer& w) {
+    w.field("action", i == 0 ? "alloc" : "free_requested");
     w.field_uint("addr", 4096);
     w.field_uint("size", 512);
-    w.end_dict();
-  }
-  w.end_list();
-  w.end_list();
-  w.end_dict();
-  auto snap = read_pytorch_snapshot(std::move(w).finish(), "s.pickle", 0);
+  });
+  auto snap = read_pytorch_snapshot(bytes, "s.pickle", 0);
   ASSERT_FALSE(snap.ok());
   EXPECT_NE(snap.error().message().find("event 2 (free_requested): frees 0x1000, which event 1 "
                                         "already freed (a double free)"),
