@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "alloc_trace.hpp"
+#include "block_ledger.hpp"
 #include "pickle_reader.hpp"
 
 namespace strata::replay {
@@ -192,37 +193,33 @@ class snapshot_reader {
   }
 
   status alloc(const pickle_value& e, trace_op op) {
-    if (auto old = live_.find(op.addr); old != live_.end()) {
-      // The recording lost this block's free (a ring that wrapped): free it here.
-      trace_op f = old->second;
-      f.kind = op_kind::free;
-      push_op(f);
-      live_.erase(old);
-    }
     if (const pickle_value* fr = e.get("frames"); fr != nullptr && !fr->items().empty()) {
       auto [it, fresh] =
           frame_ids_.try_emplace(fr->container(), static_cast<std::uint32_t>(t_.frames.size()));
       if (fresh) t_.frames.push_back(pick_frames(*fr));
       op.frames = it->second;
     }
-    freed_.erase(op.addr);
-    live_.emplace(op.addr, op);
+    if (auto old = blocks_.allocate(op)) {
+      // The recording lost this block's free (a ring that wrapped): free it here.
+      old->kind = op_kind::free;
+      push_op(*old);
+    }
     push_op(op);
     return {};
   }
 
   status free(trace_op op, std::size_t i, const std::string& where) {
-    if (auto it = live_.find(op.addr); it != live_.end()) {
-      op.size = it->second.size;
-      op.stream = it->second.stream;
-      live_.erase(it);
-    } else if (auto was = freed_.find(op.addr); was != freed_.end()) {
-      return bad(where, "frees " + hex(op.addr) + ", which event " + std::to_string(was->second) +
+    const block_ledger::freed f = blocks_.free(op.addr, i);
+    if (f.what == block_ledger::freed::kind::double_free) {
+      return bad(where, "frees " + hex(op.addr) + ", which event " + std::to_string(f.earlier) +
                             " already freed (a double free)");
+    }
+    if (f.what == block_ledger::freed::kind::live) {
+      op.size = f.alloc.size;
+      op.stream = f.alloc.stream;
     } else {
       t_.seeds.push_back(op);  // allocated before the trace began
     }
-    freed_[op.addr] = i;
     op.kind = op_kind::free;
     push_op(op);
     return {};
@@ -269,10 +266,9 @@ class snapshot_reader {
         return bad(bw, "state '" + std::string(st) +
                            "' (expected active_allocated, active_pending_free or inactive)");
       }
-      if (st != "active_allocated" || live_.contains(*addr)) continue;
-      if (auto was = freed_.find(*addr); was != freed_.end()) {
-        return bad(bw, "is allocated at " + hex(*addr) + ", but event " +
-                           std::to_string(was->second) +
+      if (st != "active_allocated" || blocks_.live(*addr)) continue;
+      if (auto was = blocks_.freed_at(*addr)) {
+        return bad(bw, "is allocated at " + hex(*addr) + ", but event " + std::to_string(*was) +
                            " freed it and nothing allocated it again");
       }
       // Legacy blocks may lack requested_size: the viewer then takes the
@@ -317,8 +313,7 @@ class snapshot_reader {
   int device_;
   alloc_trace t_;
   std::unordered_map<const void*, std::uint32_t> frame_ids_;
-  std::unordered_map<std::uint64_t, trace_op> live_;      // addr -> its alloc
-  std::unordered_map<std::uint64_t, std::size_t> freed_;  // addr -> the event that freed it
+  block_ledger blocks_;
   std::int64_t reserved_ = 0;  // relative to the start; made absolute by baseline()
   std::int64_t low_ = 0;
   std::int64_t high_ = 0;

@@ -7,9 +7,9 @@
 #include <charconv>
 #include <fstream>
 #include <system_error>
-#include <unordered_map>
 
 #include "alloc_trace.hpp"
+#include "block_ledger.hpp"
 
 namespace strata::replay {
 
@@ -85,8 +85,7 @@ result<alloc_trace> read_rmm_csv(std::string_view text, const std::string& sourc
   alloc_trace t;
   t.source = source;
   t.format = "rmm_csv";
-  std::unordered_map<std::uint64_t, trace_op> live;
-  std::unordered_map<std::uint64_t, std::size_t> freed;  // addr -> the line that freed it
+  block_ledger blocks;
   auto s = for_each_line(text, [&](std::size_t n, std::string_view line) -> status {
     if (n == 1) {
       if (!line.starts_with("Thread,Time,Action,Pointer,Size,Stream")) {
@@ -122,22 +121,18 @@ result<alloc_trace> read_rmm_csv(std::string_view text, const std::string& sourc
     } else if (op.addr == 0) {
       return {};  // a zero-byte allocation's null pointer, and its free
     } else if (action == "allocate") {
-      if (live.contains(op.addr)) {
+      if (blocks.allocate(op)) {
         return bad_line(source, n, "allocate returns a pointer that is already live");
       }
-      freed.erase(op.addr);
-      live[op.addr] = op;
       t.ops.push_back(op);
     } else {
-      if (!live.erase(op.addr)) {
-        if (auto was = freed.find(op.addr); was != freed.end()) {
-          return bad_line(source, n,
-                          "frees a pointer that line " + std::to_string(was->second) +
-                              " already freed (a double free)");
-        }
-        t.seeds.push_back(op);  // allocated before the log began
+      const block_ledger::freed f = blocks.free(op.addr, n);
+      if (f.what == block_ledger::freed::kind::double_free) {
+        return bad_line(source, n,
+                        "frees a pointer that line " + std::to_string(f.earlier) +
+                            " already freed (a double free)");
       }
-      freed[op.addr] = n;
+      if (f.what == block_ledger::freed::kind::seed) t.seeds.push_back(op);  // before the log
       op.kind = op_kind::free;
       t.ops.push_back(op);
     }
@@ -221,8 +216,7 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
   alloc_trace t;
   t.source = source;
   t.format = "strata_trace";
-  std::unordered_map<std::uint64_t, trace_op> live;
-  std::unordered_map<std::uint64_t, std::size_t> freed;  // addr -> the event that freed it
+  block_ledger blocks;
   const std::string_view key = R"({"time_ns":)";
   std::size_t index = 0;
   const auto bad = [&](const std::string& what) {
@@ -255,18 +249,15 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
     const std::string_view a = action;
     const std::string where = "event " + std::to_string(index);
     if (a == "alloc") {
-      freed.erase(addr);
-      live[addr] = op;
+      (void)blocks.allocate(op);  // a live address allocated again: the replayer frees the old
       t.ops.push_back(op);
     } else if (a == "free_requested") {
-      if (!live.erase(addr)) {
-        if (auto was = freed.find(addr); was != freed.end()) {
-          return bad("frees a block that event " + std::to_string(was->second) +
-                     " already freed (a double free)");
-        }
-        t.seeds.push_back(op);
+      const block_ledger::freed f = blocks.free(addr, index);
+      if (f.what == block_ledger::freed::kind::double_free) {
+        return bad("frees a block that event " + std::to_string(f.earlier) +
+                   " already freed (a double free)");
       }
-      freed[addr] = index;
+      if (f.what == block_ledger::freed::kind::seed) t.seeds.push_back(op);
       op.kind = op_kind::free;
       t.ops.push_back(op);
     } else if (a == "oom") {
