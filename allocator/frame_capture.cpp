@@ -57,12 +57,11 @@ void frame_capture::capture(std::uint64_t slot) noexcept {
   std::array<void*, max_frames + internal> raw{};
   const auto n = static_cast<std::size_t>(
       backtrace(raw.data(), static_cast<int>(std::min(raw.size(), frames_ + internal))));
-  std::size_t first = 1;  // capture() itself
+  std::size_t first = std::min<std::size_t>(1, n);  // past capture() itself
   while (first < n && reinterpret_cast<std::uintptr_t>(raw[first]) >= own_lo_ &&
          reinterpret_cast<std::uintptr_t>(raw[first]) < own_hi_) {
     ++first;
   }
-
   const std::size_t kept = std::min(frames_, n - first);
   const auto at = static_cast<std::size_t>(slot % slots_);
   std::copy_n(raw.begin() + static_cast<std::ptrdiff_t>(first), kept,

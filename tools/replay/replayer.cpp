@@ -31,15 +31,19 @@ class run {
     }
     const std::size_t n = std::min(stop_after, trace_.ops.size());
     std::size_t next_failure = 0;
-    const auto ask_failures = [&](std::size_t before) {
+    const auto ask_failures = [&](std::size_t before) -> status {
       for (; next_failure < trace_.failures.size() &&
              trace_.failures[next_failure].before_op <= before;
            ++next_failure) {
-        failures.push_back(ask(trace_.failures[next_failure]));
+        const recorded_failure& f = trace_.failures[next_failure];
+        auto m = a_.available_memory();  // asks without allocating
+        if (!m) return at_event(f.where, m.error());
+        failures.push_back({f, m->free, m->free >= f.size});
       }
+      return {};
     };
     for (std::size_t i = 0; i < n; ++i) {
-      ask_failures(i);
+      if (auto st = ask_failures(i); !st) return st;
       const trace_op& op = trace_.ops[i];
       if (op.kind == op_kind::alloc) {
         if (auto st = allocate(op, i, timed); !st)
@@ -49,8 +53,8 @@ class run {
       }
       on_op(i + 1);
     }
-    if (n == trace_.ops.size()) ask_failures(n);
-    return {};
+    if (n < trace_.ops.size()) return {};
+    return ask_failures(n);
   }
 
   std::unordered_map<std::uint64_t, held> live;
@@ -62,16 +66,6 @@ class run {
  private:
   status at_event(const std::string& where, const status& st) const {
     return {st.code(), trace_.source + ": " + where + ": " + st.message()};
-  }
-
-  // Asks, without allocating, whether Strata could have served the request.
-  replay_failure ask(const recorded_failure& f) {
-    replay_failure r{f};
-    if (auto m = a_.available_memory(); m) {
-      r.strata_available = m->free;
-      r.fits = m->free >= f.size;
-    }
-    return r;
   }
 
   result<void*> stream_of(std::uint64_t recorded) {
