@@ -1,4 +1,5 @@
 // The C++ API (strata.hpp) over caching_allocator.
+#include "allocator_access.hpp"
 #include "caching_allocator.hpp"
 #include "strata/strata.hpp"
 
@@ -33,6 +34,16 @@ allocator::allocator(allocator&&) noexcept = default;
 allocator& allocator::operator=(allocator&&) noexcept = default;
 allocator::~allocator() = default;
 
+allocator allocator_access::wrap(std::unique_ptr<caching_allocator> impl) {
+  allocator a;
+  a.impl_ = std::move(impl);
+  return a;
+}
+
+caching_allocator* allocator_access::impl(allocator& a) noexcept {
+  return a.impl_.get();
+}
+
 caching_allocator& allocator::impl() const {
   if (impl_ == nullptr) throw error({errc::invalid_argument, "allocator was moved from"});
   return *impl_;
@@ -50,6 +61,18 @@ void* allocator::malloc_async(std::size_t bytes, void* stream) {
 void allocator::free_async(void* ptr, void* stream) {
   check(impl().free_async(ptr, stream));
 }
+result<void*> allocator::try_malloc(std::size_t bytes) {
+  return impl().malloc(bytes);
+}
+status allocator::try_free(void* ptr) {
+  return impl().free(ptr);
+}
+result<void*> allocator::try_malloc_async(std::size_t bytes, void* stream) {
+  return impl().malloc_async(bytes, stream);
+}
+status allocator::try_free_async(void* ptr, void* stream) {
+  return impl().free_async(ptr, stream);
+}
 void allocator::record_stream(void* ptr, void* stream) {
   check(impl().record_stream(ptr, stream));
 }
@@ -64,6 +87,15 @@ void allocator::set_memory_fraction(double fraction) {
 }
 stat_map allocator::stats() const {
   return impl().stats().to_map();
+}
+allocator_stats allocator::counters() const {
+  return impl().stats();
+}
+std::vector<arena_pages> allocator::page_map() const {
+  return impl().page_map();
+}
+device& allocator::dev() const {
+  return impl().dev();
 }
 void allocator::reset_peak_stats() {
   impl().reset_peak_stats();

@@ -1,221 +1,172 @@
+// STRATA_CONF: the options table of allocator_options (offload keys
+// included) and its parser. docs/configuration.md's table is rendered from
+// this table, and a test keeps the two equal.
 #include "strata/allocator_options.hpp"
 
+#include <array>
 #include <cstdlib>
-#include <vector>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
 namespace {
 
-constexpr std::string_view accepted_keys =
-    "device, release_threshold, small_size, memory_fraction, wait_before_grow, trace_buffer, "
-    "trace_frames, log_ooms, report_on_exit, host_capacity, host_chunk, host_large, host_kept, "
-    "nvme_dir, "
-    "nvme_block_size, nvme_queue_depth, nvme_capacity, nvme_verify";
+using spec = option_spec<allocator_options>;
+constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
 
-status invalid(std::string message) {
-  return {errc::invalid_argument, std::move(message)};
+constexpr option_rule flag(std::string_view name, std::string_view doc) {
+  return {.name = name, .kind = value_kind::flag, .doc = doc};
 }
 
-struct conf_item {
-  std::string_view key;
-  std::string value;
-};
-
-// Splits STRATA_CONF into key:value items, gluing key=value items onto a
-// preceding device spec.
-result<std::vector<conf_item>> split_conf(std::string_view text) {
-  std::vector<conf_item> items;
-  while (!text.empty()) {
-    const auto comma = text.find(',');
-    std::string_view item = text.substr(0, comma);
-    text = comma == std::string_view::npos ? "" : text.substr(comma + 1);
-    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
-    if (item.empty()) return invalid("STRATA_CONF: empty item (two commas in a row?)");
-    const auto colon = item.find(':');
-    const auto equals = item.find('=');
-    if (equals < colon) {
-      if (items.empty() || items.back().key != "device") {
-        return invalid("STRATA_CONF: '" + std::string(item) +
-                       "' is not of the form key:value (key=value items belong to a device spec)");
-      }
-      items.back().value += "," + std::string(item);
-      continue;
-    }
-    if (colon == std::string_view::npos || colon == 0 || colon + 1 == item.size()) {
-      return invalid("STRATA_CONF: '" + std::string(item) + "' is not of the form key:value");
-    }
-    const std::string_view key = item.substr(0, colon);
-    for (const auto& seen : items) {
-      if (seen.key == key)
-        return invalid("STRATA_CONF: key '" + std::string(key) + "' given twice");
-    }
-    items.push_back({key, std::string(item.substr(colon + 1))});
-  }
-  return items;
+constexpr option_rule bytes(std::string_view name, std::uint64_t min, std::uint64_t max,
+                            std::string_view doc) {
+  return {.name = name, .kind = value_kind::bytes, .min = min, .max = max, .doc = doc};
 }
 
-// A byte size in [low, high], or `none` (0) where `none_is_zero`.
-result<std::uint64_t> byte_size_in(const conf_item& item, std::uint64_t low, std::uint64_t high,
-                                   const char* accepted, bool none_is_zero) {
-  if (none_is_zero && item.value == "none") return std::uint64_t{0};
-  auto v = parse_byte_size(item.key, item.value);
-  if (!v || *v < low || *v > high) {
-    return status{errc::invalid_argument, "bad value '" + item.value + "' for '" +
-                                              std::string(item.key) + "': expected " + accepted};
-  }
-  return *v;
+// A byte size or `none`, stored as `none_value` (0 or the largest value).
+constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_value,
+                                    std::string_view doc) {
+  return {.name = name,
+          .kind = value_kind::bytes,
+          .min = 1,
+          .none_word = "none",
+          .none_value = none_value,
+          .doc = doc};
 }
 
-// The offload tiers' keys; false if `item` is not one of them.
-result<bool> apply_offload(offload_options& o, const conf_item& item) {
-  constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
-  const auto size_into = [&](std::uint64_t& field, std::uint64_t low, std::uint64_t high,
-                             const char* accepted, bool none) -> result<bool> {
-    auto v = byte_size_in(item, low, high, accepted, none);
-    if (!v) return v.error();
-    field = *v;
-    return true;
-  };
-  if (item.key == "host_capacity") {
-    return size_into(o.host_capacity, 1, no_max, "a byte size or 'none'", true);
-  }
-  if (item.key == "host_chunk") {
-    return size_into(o.host_chunk, 64ULL << 10, 1ULL << 30, "64KiB to 1GiB", false);
-  }
-  if (item.key == "host_large") {
-    return size_into(o.host_large, 4096, 1ULL << 30, "4KiB to 1GiB", false);
-  }
-  if (item.key == "nvme_block_size") {
-    return size_into(o.nvme_block_size, 4096, 1ULL << 30, "4KiB to 1GiB", false);
-  }
-  if (item.key == "nvme_capacity") {
-    return size_into(o.nvme_capacity, 1, no_max, "a byte size or 'none'", true);
-  }
-  if (item.key == "host_kept") {
-    auto v = parse_rate(item.key, item.value);
-    if (!v || *v < 0.0 || *v > 1.0) {
-      return invalid("bad value '" + item.value + "' for 'host_kept': expected a number in [0, 1]");
-    }
-    o.host_kept = *v;
-    return true;
-  }
-  if (item.key == "nvme_queue_depth") {
-    auto v = parse_count(item.key, item.value);
-    if (!v || *v < 1 || *v > 4096) {
-      return invalid("bad value '" + item.value +
-                     "' for 'nvme_queue_depth': expected a count from 1 to 4096");
-    }
-    o.nvme_queue_depth = static_cast<unsigned>(*v);
-    return true;
-  }
-  if (item.key == "nvme_verify") {
-    if (item.value != "true" && item.value != "false") {
-      return invalid("bad value '" + item.value + "' for 'nvme_verify': expected true or false");
-    }
-    o.nvme_verify = item.value == "true";
-    return true;
-  }
-  if (item.key == "nvme_dir") {
-    o.nvme_dir = item.value;
-    return true;
-  }
-  return false;
-}
+const std::array<spec, 18> table{{
+    {{.name = "device",
+      .kind = value_kind::text,
+      .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
+      .doc = "the GPU to allocate on; `auto` never falls back to `sim`"},
+     [](allocator_options& o) -> option_field { return &o.device; }},
+    {bytes_or_none("release_threshold", no_max,
+                   "idle pages (free memory the allocator keeps mapped or pooled) above this are "
+                   "returned to the device after frees; `none` keeps everything cached until "
+                   "`empty_cache`/`trim` or memory pressure"),
+     [](allocator_options& o) -> option_field { return &o.release_threshold; }},
+    {bytes("small_size", 512, 64ULL << 20,
+           "requests up to this size (rounded down to a multiple of 512 bytes) are \"small\": "
+           "counted in the `small_pool` stats; those up to min(small_size, 512 KiB) come from "
+           "size-class slabs"),
+     [](allocator_options& o) -> option_field { return &o.small_size; }},
+    {{.name = "memory_fraction",
+      .kind = value_kind::number,
+      .high = 1.0,
+      .low_open = true,
+      .doc = "the share of the device's memory the allocator may hold; past it, requests fail "
+             "with `out_of_memory` (also settable at run time with `set_memory_fraction`)"},
+     [](allocator_options& o) -> option_field { return &o.memory_fraction; }},
+    {{.name = "trace_buffer",
+      .kind = value_kind::count,
+      .max = max_trace_buffer,
+      .unit = "a count of events",
+      .doc = "the event trace's ring size (docs/allocator.md, \"Event trace\"); 0 turns the trace "
+             "off. With the trace on, every allocate and free takes the locked path (no "
+             "thread-cache fast path), so the trace is complete and in order; an event costs "
+             "about 24 ns and 40 bytes"},
+     [](allocator_options& o) -> option_field { return &o.trace_buffer; }},
+    {{.name = "trace_frames",
+      .kind = value_kind::count,
+      .max = max_trace_frames,
+      .unit = "a count of frames",
+      .doc = "native stack frames captured with each trace event (`backtrace()`), symbolized "
+             "when a snapshot pickle is written, so PyTorch's viewer shows where each block was "
+             "allocated; 0: none. Costs one `backtrace()` per event (bench/RESULTS.md) and "
+             "`trace_buffer` x `trace_frames` x 8 bytes, at most 1 GiB"},
+     [](allocator_options& o) -> option_field { return &o.trace_frames; }},
+    {flag("log_ooms",
+          "print each out-of-memory report to stderr as `strata: ...` when a request fails "
+          "after the whole OOM chain; the report is returned with the error and kept for "
+          "`last_oom_report()` either way (`strata replay` turns it off: its report lists every "
+          "OOM)"),
+     [](allocator_options& o) -> option_field { return &o.log_ooms; }},
+    {{.name = "report_on_exit",
+      .kind = value_kind::text,
+      .unit = "a file path (no commas)",
+      .doc = "the preload shim and the LibTorch plugin write the stats, the memory summary and "
+             "the last OOM report of every device's allocator there at process exit "
+             "([integrations.md](integrations.md#the-exit-report)); the allocator itself "
+             "ignores it"},
+     [](allocator_options& o) -> option_field { return &o.report_on_exit; }},
+    {flag("wait_before_grow",
+          "when a request needs pages and freed memory is still waiting on events (frees "
+          "pending on other streams, pages with queued work), wait for it before creating new "
+          "pages (`true`: least memory), or create first and wait only when the device is full "
+          "(`false`: least waiting)"),
+     [](allocator_options& o) -> option_field { return &o.wait_before_grow; }},
+    {bytes_or_none("host_capacity", 0,
+                   "offload tiers: the most pinned host memory the residency manager's host "
+                   "pool holds; past it, spills go to NVMe ([tiers.md](tiers.md))"),
+     [](allocator_options& o) -> option_field { return &o.offload.host_capacity; }},
+    {bytes("host_chunk", 64ULL << 10, 1ULL << 30,
+           "offload tiers: pinned memory the host pool's jemalloc arena takes from the device "
+           "at a time (buffers below `host_large`)"),
+     [](allocator_options& o) -> option_field { return &o.offload.host_chunk; }},
+    {bytes("host_large", 4096, 1ULL << 30,
+           "offload tiers: host buffers of this size or more get one pinned allocation each"),
+     [](allocator_options& o) -> option_field { return &o.offload.host_large; }},
+    {{.name = "host_kept",
+      .kind = value_kind::number,
+      .high = 1.0,
+      .doc = "offload tiers: freed large host buffers kept for reuse, as a fraction of the host "
+             "bytes in use"},
+     [](allocator_options& o) -> option_field { return &o.offload.host_kept; }},
+    {{.name = "nvme_dir",
+      .kind = value_kind::text,
+      .unit = "a directory on a disk (no commas)",
+      .doc = "offload tiers: where the NVMe tier's unnamed file lives; none: no NVMe tier"},
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_dir; }},
+    {bytes("nvme_block_size", 4096, 1ULL << 30,
+           "offload tiers: bytes per NVMe request; a multiple of the directory's direct-I/O "
+           "block"),
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_block_size; }},
+    {{.name = "nvme_queue_depth",
+      .kind = value_kind::count,
+      .min = 1,
+      .max = 4096,
+      .doc = "offload tiers: NVMe requests in flight"},
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_queue_depth; }},
+    {bytes_or_none("nvme_capacity", 0,
+                   "offload tiers: the most bytes in the NVMe file; `none`: until the disk is "
+                   "full"),
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_capacity; }},
+    {flag("nvme_verify",
+          "offload tiers: read every spill back from the disk and check it before its host "
+          "copy is freed (one more read per spill)"),
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_verify; }},
+}};
 
-status apply(allocator_options& o, const conf_item& item) {
-  if (item.key == "device") {
-    o.device = item.value;
-    return {};
+// The rule between fields no single row can state.
+status check_frames_budget(const allocator_options& o) {
+  if (o.trace_buffer * o.trace_frames * sizeof(void*) > max_frame_bytes) {
+    return {errc::invalid_argument, "trace_buffer " + std::to_string(o.trace_buffer) +
+                                        " x trace_frames " + std::to_string(o.trace_frames) +
+                                        " needs more than 1 GiB of frames: fewer events or frames"};
   }
-  if (item.key == "release_threshold") {
-    if (item.value == "none") {
-      o.release_threshold = std::numeric_limits<std::uint64_t>::max();
-      return {};
-    }
-    auto v = parse_byte_size(item.key, item.value);
-    if (!v) return invalid(v.error().message() + " or 'none'");
-    o.release_threshold = *v;
-    return {};
-  }
-  if (item.key == "small_size") {
-    auto v = parse_byte_size(item.key, item.value);
-    if (!v) return v.error();
-    if (*v < 512 || *v > (64ULL << 20)) {
-      return invalid("bad value '" + item.value + "' for 'small_size': expected 512B to 64MiB");
-    }
-    o.small_size = *v;
-    return {};
-  }
-  if (item.key == "memory_fraction") {
-    auto v = parse_rate(item.key, item.value);
-    if (!v || *v <= 0.0 || *v > 1.0) {
-      return invalid("bad value '" + item.value +
-                     "' for 'memory_fraction': expected a number in (0, 1]");
-    }
-    o.memory_fraction = *v;
-    return {};
-  }
-  if (item.key == "wait_before_grow") {
-    if (item.value != "true" && item.value != "false") {
-      return invalid("bad value '" + item.value +
-                     "' for 'wait_before_grow': expected true or false");
-    }
-    o.wait_before_grow = item.value == "true";
-    return {};
-  }
-  if (item.key == "trace_frames") {
-    auto v = parse_count(item.key, item.value);
-    if (!v || *v > 32) {
-      return invalid("bad value '" + item.value +
-                     "' for 'trace_frames': expected a count of frames from 0 (none) to 32");
-    }
-    o.trace_frames = *v;
-    return {};
-  }
-  if (item.key == "log_ooms") {
-    if (item.value != "true" && item.value != "false") {
-      return invalid("bad value '" + item.value + "' for 'log_ooms': expected true or false");
-    }
-    o.log_ooms = item.value == "true";
-    return {};
-  }
-  if (item.key == "trace_buffer") {
-    auto v = parse_count(item.key, item.value);
-    if (!v || *v > (std::uint64_t{1} << 26)) {
-      return invalid("bad value '" + item.value +
-                     "' for 'trace_buffer': expected a count of events from 0 (off) to 67108864");
-    }
-    o.trace_buffer = *v;
-    return {};
-  }
-  if (item.key == "report_on_exit") {
-    o.report_on_exit = item.value;
-    return {};
-  }
-  auto offload = apply_offload(o.offload, item);
-  if (!offload) return offload.error();
-  if (*offload) return {};
-  return invalid("STRATA_CONF: unknown key '" + std::string(item.key) +
-                 "'; accepted keys: " + std::string(accepted_keys));
+  return {};
 }
 
 }  // namespace
 
+std::span<const option_spec<allocator_options>> allocator_option_table() {
+  return table;
+}
+
+status check_allocator_options(const allocator_options& options) {
+  allocator_options copy = options;
+  if (auto s = check_options(allocator_option_table(), copy); !s) return s;
+  return check_frames_budget(options);
+}
+
 result<allocator_options> parse_allocator_conf(std::string_view text, allocator_options defaults) {
-  auto items = split_conf(text);
+  auto items = parse_option_list(text, ':', "STRATA_CONF", "device");
   if (!items) return items.error();
-  for (const auto& item : *items) {
-    if (auto s = apply(defaults, item); !s) return s;
+  if (auto s = apply_options(allocator_option_table(), *items, defaults, "STRATA_CONF"); !s) {
+    return s;
   }
-  if (defaults.trace_buffer * defaults.trace_frames * sizeof(void*) > (std::uint64_t{1} << 30)) {
-    return invalid("trace_buffer " + std::to_string(defaults.trace_buffer) + " x trace_frames " +
-                   std::to_string(defaults.trace_frames) +
-                   " needs more than 1 GiB of frames: fewer events or frames");
-  }
+  if (auto s = check_frames_budget(defaults); !s) return s;
   return defaults;
 }
 

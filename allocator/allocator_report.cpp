@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "caching_allocator.hpp"
-#include "json_string.hpp"
-#include "option_list.hpp"
+#include "strata/json_string.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
@@ -166,7 +166,7 @@ std::string caching_allocator::snapshot_json() {
   return o.str();
 }
 
-std::vector<caching_allocator::arena_pages> caching_allocator::page_map() {
+std::vector<arena_pages> caching_allocator::page_map() {
   std::lock_guard lock(mu_);
   std::vector<arena_pages> out;
   for (std::size_t k = 0; k < arenas_.size(); ++k) {

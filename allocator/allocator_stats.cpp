@@ -1,4 +1,4 @@
-#include "allocator_stats.hpp"
+#include "strata/allocator_stats.hpp"
 
 #include <algorithm>
 #include <cmath>

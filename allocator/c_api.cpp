@@ -4,7 +4,9 @@
 #include <cstring>
 #include <string>
 
+#include "allocator_access.hpp"
 #include "c_handle.hpp"
+#include "strata/c_extension.hpp"
 
 namespace strata::c_api {
 
@@ -41,6 +43,18 @@ const char* last_error_message() {
   return last_error.c_str();
 }
 
+allocator* borrow(strata_allocator* handle) {
+  if (handle == nullptr) return nullptr;
+  handle->users.fetch_add(1, std::memory_order_acq_rel);
+  allocator* a = handle->impl.load(std::memory_order_acquire);
+  if (a == nullptr) handle->users.fetch_sub(1, std::memory_order_acq_rel);
+  return a;
+}
+
+void give_back(strata_allocator* handle) {
+  handle->users.fetch_sub(1, std::memory_order_acq_rel);
+}
+
 }  // namespace strata::c_api
 
 namespace {
@@ -50,7 +64,8 @@ using strata::c_api::fail;
 using strata::c_api::to_c;
 
 strata::caching_allocator* get(strata_allocator* a) {
-  return a == nullptr ? nullptr : a->impl.load(std::memory_order_acquire);
+  strata::allocator* cpp = a == nullptr ? nullptr : a->impl.load(std::memory_order_acquire);
+  return cpp == nullptr ? nullptr : strata::allocator_access::impl(*cpp);
 }
 
 strata_status no_allocator(strata_allocator* a) {
@@ -78,7 +93,9 @@ strata_status strata_allocator_create(const char* conf, strata_allocator** out) 
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());
   auto* handle = strata::c_api::new_slot<strata_allocator>();
-  handle->impl.store(made->release(), std::memory_order_release);
+  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the slot owns it until destroy
+  handle->impl.store(new strata::allocator(strata::allocator_access::wrap(std::move(*made))),
+                     std::memory_order_release);
   *out = handle;
   return STRATA_OK;
 }
@@ -89,7 +106,7 @@ strata_status strata_allocator_destroy(strata_allocator* a) {
     return fail(strata::errc::invalid_argument,
                 "a residency manager still uses this allocator: destroy it first");
   }
-  strata::caching_allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
+  strata::allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
   if (impl == nullptr) return no_allocator(a);
   delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
   return STRATA_OK;

@@ -5,7 +5,7 @@
 #include <limits>
 #include <new>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
@@ -19,6 +19,7 @@ stat_pool pool_of(pool_kind k) {
 
 result<std::unique_ptr<caching_allocator>> caching_allocator::create(
     const allocator_options& options) {
+  if (auto s = check_allocator_options(options); !s) return s;
   auto dev = open_device(options.device);
   if (!dev) return dev.error();
   return create(std::move(*dev), options);
@@ -27,15 +28,7 @@ result<std::unique_ptr<caching_allocator>> caching_allocator::create(
 result<std::unique_ptr<caching_allocator>> caching_allocator::create(
     std::unique_ptr<device> dev, const allocator_options& options) {
   if (dev == nullptr) return status{errc::invalid_argument, "caching_allocator: null device"};
-  if (!(options.memory_fraction > 0.0 && options.memory_fraction <= 1.0)) {
-    return status{errc::invalid_argument, "memory_fraction must be in (0, 1]"};
-  }
-  if (options.trace_buffer > (std::uint64_t{1} << 26)) {
-    return status{errc::invalid_argument, "trace_buffer must be at most 2^26 events"};
-  }
-  if (options.small_size < 512) {
-    return status{errc::invalid_argument, "small_size must be at least 512 bytes"};
-  }
+  if (auto s = check_allocator_options(options); !s) return s;
   auto info = dev->get_memory_info();
   if (!info) return info.error();
   return std::unique_ptr<caching_allocator>(

@@ -48,7 +48,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allocator_stats.hpp"
 #include "event_pool.hpp"
 #include "event_trace.hpp"
 #include "oom_report.hpp"
@@ -56,6 +55,8 @@
 #include "slab.hpp"
 #include "spin_mutex.hpp"
 #include "strata/allocator_options.hpp"
+#include "strata/allocator_stats.hpp"
+#include "strata/strata.hpp"
 #include "strata/device.hpp"
 #include "stream_arena.hpp"
 #include "thread_cache.hpp"
@@ -114,14 +115,7 @@ class caching_allocator {
   /// The event trace as JSON (see event_trace.hpp); empty events when the
   /// trace is off (trace_buffer:0).
   [[nodiscard]] std::string trace_json();
-  /// Which pages are mapped, per arena: for each arena, one entry per page
-  /// up to its last mapped page: 0 unmapped, 1 mapped and holding no live
-  /// block, 2 mapped under a live block (or a slab).
-  struct arena_pages {
-    std::uintptr_t stream = 0;
-    bool small = false;
-    std::vector<std::uint8_t> pages;
-  };
+  /// Which pages are mapped, per arena (strata::arena_pages).
   [[nodiscard]] std::vector<arena_pages> page_map();
   /// The last OOM's report as JSON, or "null" if none happened.
   [[nodiscard]] std::string last_oom_report();

@@ -1,4 +1,4 @@
-#include "json_string.hpp"
+#include "strata/json_string.hpp"
 
 #include <cstdio>
 

@@ -3,7 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 

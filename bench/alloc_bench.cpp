@@ -9,7 +9,7 @@
 #include <array>
 #include <memory>
 
-#include "caching_allocator.hpp"
+#include "strata/strata.hpp"
 
 extern "C" void* __libc_malloc(std::size_t);  // NOLINT(bugprone-reserved-identifier)
 extern "C" void __libc_free(void*);           // NOLINT(bugprone-reserved-identifier)
@@ -19,13 +19,11 @@ namespace {
 constexpr std::array<std::int64_t, 5> sizes{512, 65536, 1 << 20, 16 << 20, 256 << 20};
 
 struct strata_fixture {
-  std::unique_ptr<strata::caching_allocator> alloc;
+  strata::allocator alloc = strata::allocator::from_conf("device:sim:capacity=80GiB");
   std::array<void*, 2> streams{};
   strata_fixture() {
-    auto dev = strata::open_device("sim:capacity=80GiB");
-    streams[0] = (*dev)->create_stream()->native;
-    streams[1] = (*dev)->create_stream()->native;
-    alloc = std::move(*strata::caching_allocator::create(std::move(*dev), {}));
+    streams[0] = alloc.dev().create_stream()->native;
+    streams[1] = alloc.dev().create_stream()->native;
   }
 };
 
@@ -39,15 +37,15 @@ void pair_strata(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   void* stream = f.streams[static_cast<std::size_t>(state.thread_index()) % 2];
   // Warm the cache: the first pair maps pages; every later one reuses them.
-  auto warm = f.alloc->malloc_async(bytes, stream);
-  if (!warm || !f.alloc->free_async(*warm, stream)) {
+  auto warm = f.alloc.try_malloc_async(bytes, stream);
+  if (!warm || !f.alloc.try_free_async(*warm, stream)) {
     state.SkipWithError("strata: warm-up allocation failed");
     return;
   }
   for (auto _ : state) {
-    auto p = f.alloc->malloc_async(bytes, stream);
+    auto p = f.alloc.try_malloc_async(bytes, stream);
     benchmark::DoNotOptimize(p.value());
-    (void)f.alloc->free_async(p.value(), stream);
+    (void)f.alloc.try_free_async(p.value(), stream);
   }
 }
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "nvme_store.hpp"
-#include "option_list.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/option_table.hpp"
 
 namespace {
 
@@ -59,7 +59,7 @@ struct run {
 // Writes `count` extents of `extent` bytes through a fresh store, verifies
 // them (the residency manager's read-back of a spill), reads them back,
 // checks the bytes; the store's file goes away at the end.
-bool store_run(const strata::nvme_options& o, const unsigned char* src, unsigned char* dst,
+bool store_run(const strata::offload_options& o, const unsigned char* src, unsigned char* dst,
                std::size_t extent, std::size_t count, run& r) {
   auto store = strata::nvme_store::open(o);
   if (!store) {
@@ -103,8 +103,8 @@ bool store_run(const strata::nvme_options& o, const unsigned char* src, unsigned
 }  // namespace
 
 int main(int argc, char** argv) {
-  strata::nvme_options o;
-  o.directory = ".";
+  strata::offload_options o;
+  o.nvme_dir = ".";
   std::uint64_t total = 4ULL << 30;
   int repetitions = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -112,13 +112,13 @@ int main(int argc, char** argv) {
     const std::string value = argv[i + 1];
     auto size = strata::parse_byte_size(key, value);
     if (key == "--dir") {
-      o.directory = value;
+      o.nvme_dir = value;
     } else if (key == "--bytes" && size) {
       total = *size;
     } else if (key == "--block-size" && size) {
-      o.block_size = *size;
+      o.nvme_block_size = *size;
     } else if (key == "--queue-depth") {
-      o.queue_depth = static_cast<unsigned>(std::strtoul(value.c_str(), nullptr, 10));
+      o.nvme_queue_depth = std::strtoull(value.c_str(), nullptr, 10);
     } else if (key == "--repetitions") {
       repetitions = std::max(1, std::atoi(value.c_str()));
     } else {
@@ -136,10 +136,11 @@ int main(int argc, char** argv) {
     const std::uint64_t v = rng();
     std::memcpy(src + i, &v, 8);
   }
-  const std::string fio_args =
-      "--name=strata-nvme-bench --directory=" + o.directory +
-      " --size=" + std::to_string(count * extent) + " --bs=" + std::to_string(o.block_size) +
-      " --iodepth=" + std::to_string(o.queue_depth) + " --ioengine=io_uring --direct=1 --numjobs=1";
+  const std::string fio_args = "--name=strata-nvme-bench --directory=" + o.nvme_dir +
+                               " --size=" + std::to_string(count * extent) +
+                               " --bs=" + std::to_string(o.nvme_block_size) +
+                               " --iodepth=" + std::to_string(o.nvme_queue_depth) +
+                               " --ioengine=io_uring --direct=1 --numjobs=1";
   std::vector<double> sw;  // store write, verify, read; fio write, read
   std::vector<double> sv;
   std::vector<double> sr;
@@ -170,10 +171,11 @@ int main(int argc, char** argv) {
   std::free(dst);
   const double gib = 1024.0 * 1024 * 1024;
   std::printf(
-      "%s, %.2f GiB each way, block %zu, queue depth %u, O_DIRECT, io_uring, "
+      "%s, %.2f GiB each way, block %llu, queue depth %llu, O_DIRECT, io_uring, "
       "median of %d\n",
-      o.directory.c_str(), static_cast<double>(count * extent) / gib, o.block_size, o.queue_depth,
-      repetitions);
+      o.nvme_dir.c_str(), static_cast<double>(count * extent) / gib,
+      static_cast<unsigned long long>(o.nvme_block_size),
+      static_cast<unsigned long long>(o.nvme_queue_depth), repetitions);
   std::printf("%-8s %12s %12s %8s\n", "", "store GiB/s", "fio GiB/s", "ratio");
   std::printf("%-8s %12.2f %12.2f %8.2f\n", "write", median(sw) / gib, median(fw) / gib,
               median(sw) / median(fw));

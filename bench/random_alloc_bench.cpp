@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "caching_allocator.hpp"
+#include "strata/strata.hpp"
 
 namespace {
 
@@ -20,28 +20,28 @@ void random_allocations(benchmark::State& state) {
   std::int64_t peak_allocated = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    auto a = strata::caching_allocator::create(
-        *strata::parse_allocator_conf("device:sim:capacity=80GiB"));
+    auto a = std::make_unique<strata::allocator>(
+        strata::allocator::from_conf("device:sim:capacity=80GiB"));
     std::mt19937_64 rng(42);
     std::vector<void*> live;
     live.reserve(n);
     state.ResumeTiming();
     for (std::size_t i = 0; i < n; ++i) {
       if (live.empty() || std::bernoulli_distribution(0.73)(rng)) {
-        auto p = (*a)->malloc_async(1 + rng() % max_bytes, nullptr);
+        auto p = a->try_malloc_async(1 + rng() % max_bytes, nullptr);
         if (p) live.push_back(*p);
       } else {
         const std::size_t k = rng() % live.size();
-        (void)(*a)->free_async(live[k], nullptr);
+        (void)a->try_free_async(live[k], nullptr);
         live[k] = live.back();
         live.pop_back();
       }
     }
     state.PauseTiming();
-    const auto m = (*a)->stats().to_map();
-    peak_reserved = m.at("reserved_bytes.all.peak");
-    peak_allocated = m.at("allocated_bytes.all.peak");
-    a->reset();
+    const strata::allocator_stats s = a->counters();
+    peak_reserved = s.reserved_bytes[strata::pool_all].peak;
+    peak_allocated = s.allocated_bytes[strata::pool_all].peak;
+    a.reset();
     state.ResumeTiming();
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * n));

@@ -1,4 +1,4 @@
-#include "extent_space.hpp"
+#include "strata/extent_space.hpp"
 
 namespace strata {
 

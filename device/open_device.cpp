@@ -1,7 +1,7 @@
 // `open_device`: turns a spec string into a device.
 #include <string>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 #include "sim_config.hpp"
 #include "sim_device.hpp"
 #include "strata/device.hpp"

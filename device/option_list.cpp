@@ -1,4 +1,4 @@
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 #include <array>
 #include <charconv>
@@ -36,41 +36,67 @@ constexpr std::array<unit, 9> units{{{"KiB", 1ULL << 10},
                                      {"TB", 1000ULL * 1000 * 1000 * 1000},
                                      {"B", 1}}};
 
-// Parses a plain non-negative decimal number with an optional fraction.
-bool parse_decimal(std::string_view text, double& out) {
+// Parses a non-negative decimal number: digits with an optional fraction
+// and, in `format` general, an exponent.
+bool parse_decimal(std::string_view text, double& out, std::chars_format format) {
   if (text.empty() || text.front() == '-' || text.front() == '+') return false;
   const auto* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, out, std::chars_format::fixed);
+  auto [ptr, ec] = std::from_chars(text.data(), end, out, format);
   return ec == std::errc() && ptr == end && std::isfinite(out);
+}
+
+// Appends `item` (its separator at `sep`) unless its key or value is empty
+// or its key was given before.
+status add_item(std::vector<option>& options, std::string_view item, std::size_t sep,
+                std::string_view context) {
+  const option opt{trim(item.substr(0, sep)), trim(item.substr(sep + 1))};
+  if (opt.key.empty() || opt.value.empty()) {
+    return {errc::invalid_argument,
+            std::string(context) + ": '" + std::string(item) + "' has an empty key or value"};
+  }
+  for (const auto& seen : options) {
+    if (seen.key == opt.key) {
+      return {errc::invalid_argument,
+              std::string(context) + ": key '" + std::string(opt.key) + "' given twice"};
+    }
+  }
+  options.push_back(opt);
+  return {};
 }
 
 }  // namespace
 
 result<std::vector<option>> parse_option_list(std::string_view text, char separator,
-                                              std::string_view context) {
+                                              std::string_view context,
+                                              std::string_view nested_key) {
   std::vector<option> options;
   text = trim(text);
   if (text.empty()) return options;
   while (true) {
     const auto comma = text.find(',');
     const auto item = trim(text.substr(0, comma));
+    if (item.empty()) {
+      return status{errc::invalid_argument,
+                    std::string(context) + ": empty item (a leading, trailing or doubled comma)"};
+    }
     const auto sep = item.find(separator);
-    if (sep == std::string_view::npos) {
+    const auto equals = item.find('=');
+    if (!nested_key.empty() && separator != '=' && equals < sep) {
+      if (options.empty() || options.back().key != nested_key) {
+        return status{errc::invalid_argument, std::string(context) + ": '" + std::string(item) +
+                                                  "' is not of the form key" + separator +
+                                                  "value (key=value items belong to a " +
+                                                  std::string(nested_key) + " spec)"};
+      }
+      // The views are into `text`: the value now runs to this item's end.
+      std::string_view& value = options.back().value;
+      value = {value.data(), static_cast<std::size_t>(item.data() + item.size() - value.data())};
+    } else if (sep == std::string_view::npos) {
       return status{errc::invalid_argument, std::string(context) + ": '" + std::string(item) +
                                                 "' is not of the form key" + separator + "value"};
+    } else {
+      if (auto s = add_item(options, item, sep, context); !s) return s;
     }
-    option opt{trim(item.substr(0, sep)), trim(item.substr(sep + 1))};
-    if (opt.key.empty() || opt.value.empty()) {
-      return status{errc::invalid_argument, std::string(context) + ": '" + std::string(item) +
-                                                "' has an empty key or value"};
-    }
-    for (const auto& seen : options) {
-      if (seen.key == opt.key) {
-        return status{errc::invalid_argument,
-                      std::string(context) + ": key '" + std::string(opt.key) + "' given twice"};
-      }
-    }
-    options.push_back(opt);
     if (comma == std::string_view::npos) break;
     text = text.substr(comma + 1);
   }
@@ -100,7 +126,8 @@ result<std::uint64_t> parse_byte_size(std::string_view key, std::string_view tex
     return whole * scale;
   }
   double value = 0;
-  if (!parse_decimal(number, value)) return bad_value(key, text, expected);
+  if (!parse_decimal(number, value, std::chars_format::fixed))
+    return bad_value(key, text, expected);
   const double bytes = value * static_cast<double>(scale);
   if (bytes >= 18446744073709551616.0) return bad_value(key, text, "a size below 2^64 bytes");
   if (bytes != std::floor(bytes)) return bad_value(key, text, "a whole number of bytes");
@@ -117,9 +144,11 @@ result<std::uint64_t> parse_count(std::string_view key, std::string_view text) {
   return value;
 }
 
-result<double> parse_rate(std::string_view key, std::string_view text) {
+result<double> parse_number(std::string_view key, std::string_view text) {
   double value = 0;
-  if (!parse_decimal(text, value)) return bad_value(key, text, "a non-negative number");
+  if (!parse_decimal(text, value, std::chars_format::general)) {
+    return bad_value(key, text, "a finite non-negative number such as 0.5 or 1e3");
+  }
   return value;
 }
 

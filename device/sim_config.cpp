@@ -1,98 +1,100 @@
 #include "sim_config.hpp"
 
-#include <bit>
 #include <string>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
 namespace {
 
-constexpr std::string_view accepted_keys =
-    "capacity, granularity, h2d_gbps, d2h_gbps, d2d_gbps, copy_latency_us, op_delay_us, "
-    "adopt_streams, fail_create_page_after, fail_map_after, fail_copy_after, fail_host_alloc_after";
-
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
 }
 
-// Applies one key=value to `config`.
-status apply(sim_config& config, const option& opt) {
-  const auto set_size = [&](std::uint64_t& field) -> status {
-    auto v = parse_byte_size(opt.key, opt.value);
-    if (!v) return v.error();
-    field = *v;
-    return {};
-  };
-  const auto set_count = [&](std::uint64_t& field) -> status {
-    auto v = parse_count(opt.key, opt.value);
-    if (!v) return v.error();
-    field = *v;
-    return {};
-  };
-  // A delay of at most 10 s: more is a typo, and would stall every stream.
-  const auto set_delay = [&](std::uint64_t& field) -> status {
-    auto v = parse_count(opt.key, opt.value);
-    if (!v) return v.error();
-    if (*v > max_sim_delay_us) {
-      return invalid("bad value '" + std::string(opt.value) + "' for '" + std::string(opt.key) +
-                     "': expected microseconds from 0 to " + std::to_string(max_sim_delay_us));
-    }
-    field = *v;
-    return {};
-  };
-  const auto set_rate = [&](double& field) -> status {
-    auto v = parse_rate(opt.key, opt.value);
-    if (!v) return v.error();
-    field = *v;
-    return {};
-  };
-  const auto fault = [&](sim_fault f) -> std::uint64_t& {
-    return config.fail_after[static_cast<std::size_t>(f)];
-  };
+using spec = option_spec<sim_config>;
 
-  if (opt.key == "capacity") return set_size(config.capacity);
-  if (opt.key == "granularity") return set_size(config.granularity);
-  if (opt.key == "h2d_gbps") return set_rate(config.h2d_gbps);
-  if (opt.key == "d2h_gbps") return set_rate(config.d2h_gbps);
-  if (opt.key == "d2d_gbps") return set_rate(config.d2d_gbps);
-  if (opt.key == "copy_latency_us") return set_delay(config.copy_latency_us);
-  if (opt.key == "op_delay_us") return set_delay(config.op_delay_us);
-  if (opt.key == "adopt_streams") {
-    if (opt.value != "true" && opt.value != "false") {
-      return invalid("bad value '" + std::string(opt.value) +
-                     "' for 'adopt_streams': expected true or false");
-    }
-    config.adopt_streams = opt.value == "true";
-    return {};
-  }
-  if (opt.key == "fail_create_page_after") return set_count(fault(sim_fault::create_pages));
-  if (opt.key == "fail_map_after") return set_count(fault(sim_fault::map));
-  if (opt.key == "fail_copy_after") return set_count(fault(sim_fault::copy));
-  if (opt.key == "fail_host_alloc_after") return set_count(fault(sim_fault::host_alloc));
-  return invalid("unknown sim device key '" + std::string(opt.key) +
-                 "'; accepted keys: " + std::string(accepted_keys));
+constexpr option_rule gbps(std::string_view name, std::string_view doc) {
+  return {
+      .name = name, .kind = value_kind::number, .high = max_sim_gbps, .unit = "GB/s", .doc = doc};
 }
 
+constexpr option_rule delay(std::string_view name, std::string_view doc) {
+  return {.name = name,
+          .kind = value_kind::count,
+          .max = max_sim_delay_us,
+          .unit = "microseconds",
+          .doc = doc};
+}
+
+constexpr option_rule fault_after(std::string_view name, std::string_view doc) {
+  return {.name = name,
+          .kind = value_kind::count,
+          .none_word = "never",
+          .none_value = sim_fault_never,
+          .unit = "a count of calls",
+          .doc = doc};
+}
+
+std::uint64_t* fault(sim_config& c, sim_fault f) {
+  return &c.fail_after[static_cast<std::size_t>(f)];
+}
+
+const std::array<spec, 12> table{{
+    {{.name = "capacity",
+      .kind = value_kind::bytes,
+      .min = 4096,
+      .max = max_sim_capacity,
+      .doc = "physical memory; a multiple of the granularity (the device reserves twice its "
+             "capacity of address space)"},
+     [](sim_config& c) -> option_field { return &c.capacity; }},
+    {{.name = "granularity",
+      .kind = value_kind::bytes,
+      .min = 4096,
+      .max = max_sim_granularity,
+      .power_of_two = true,
+      .doc = "page size"},
+     [](sim_config& c) -> option_field { return &c.granularity; }},
+    {gbps("h2d_gbps", "host-to-device copy rate (10^9 B/s); 0 = instant"),
+     [](sim_config& c) -> option_field { return &c.h2d_gbps; }},
+    {gbps("d2h_gbps", "device-to-host copy rate; 0 = instant"),
+     [](sim_config& c) -> option_field { return &c.d2h_gbps; }},
+    {gbps("d2d_gbps", "device-to-device copy rate; 0 = instant"),
+     [](sim_config& c) -> option_field { return &c.d2d_gbps; }},
+    {delay("copy_latency_us", "fixed time added to every copy"),
+     [](sim_config& c) -> option_field { return &c.copy_latency_us; }},
+    {delay("op_delay_us", "time slept before every stream operation (a slow stream)"),
+     [](sim_config& c) -> option_field { return &c.op_delay_us; }},
+    {{.name = "adopt_streams",
+      .kind = value_kind::flag,
+      .doc = "`true`: a stream handle the device did not create (say, from a CUDA runtime the "
+             "program loaded) becomes a new stream of its own on first use instead of an "
+             "\"unknown stream\" error; the preload shim's tests use it"},
+     [](sim_config& c) -> option_field { return &c.adopt_streams; }},
+    {fault_after("fail_create_page_after",
+                 "after N successful `create_pages`, the next one fails once with "
+                 "`injected_fault`"),
+     [](sim_config& c) -> option_field { return fault(c, sim_fault::create_pages); }},
+    {fault_after("fail_map_after", "the same for `map`"),
+     [](sim_config& c) -> option_field { return fault(c, sim_fault::map); }},
+    {fault_after("fail_copy_after", "the same for `copy_async`"),
+     [](sim_config& c) -> option_field { return fault(c, sim_fault::copy); }},
+    {fault_after("fail_host_alloc_after", "the same for `host_alloc`"),
+     [](sim_config& c) -> option_field { return fault(c, sim_fault::host_alloc); }},
+}};
+
 }  // namespace
+
+std::span<const option_spec<sim_config>> sim_config_table() {
+  return table;
+}
 
 result<sim_config> parse_sim_config(std::string_view text) {
   auto options = parse_option_list(text, '=', "sim device spec");
   if (!options) return options.error();
   sim_config config;
-  for (const auto& opt : *options) {
-    if (auto s = apply(config, opt); !s) return s;
-  }
-  if (config.granularity < 4096 || config.granularity > max_sim_granularity ||
-      !std::has_single_bit(config.granularity)) {
-    return invalid("bad value for 'granularity': " + std::to_string(config.granularity) +
-                   " is not a power of two from 4 KiB to 1 GiB");
-  }
-  if (config.capacity > max_sim_capacity) {
-    return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +
-                   " is more than the sim device's limit of " + format_bytes(max_sim_capacity) +
-                   " (its address space is twice the capacity)");
+  if (auto s = apply_options(sim_config_table(), *options, config, "sim device spec"); !s) {
+    return s;
   }
   if (config.capacity < config.granularity || config.capacity % config.granularity != 0) {
     return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +

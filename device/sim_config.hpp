@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 
 #include "strata/error.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
@@ -27,6 +29,8 @@ inline constexpr std::uint64_t sim_fault_never = std::numeric_limits<std::uint64
 inline constexpr std::uint64_t max_sim_capacity = std::uint64_t{1} << 44;
 inline constexpr std::uint64_t max_sim_granularity = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_sim_delay_us = 10'000'000;
+/// The fastest copy rate a sim device models, GB/s (more is a typo).
+inline constexpr double max_sim_gbps = 1e6;
 
 struct sim_config {
   std::uint64_t capacity = 80ULL << 30;    ///< Physical bytes, a granularity multiple.
@@ -46,8 +50,13 @@ struct sim_config {
                                                         sim_fault_never, sim_fault_never};
 };
 
-/// Parses "key=value,..." (the text after "sim:"). Unknown keys and bad
-/// values are invalid_argument errors naming the key and the accepted values.
+/// Parses "key=value,..." (the text after "sim:") by sim_config_table().
+/// Unknown keys and bad values are invalid_argument errors naming the key
+/// and the accepted values; so is a capacity that is not a multiple of the
+/// granularity.
 result<sim_config> parse_sim_config(std::string_view text);
+
+/// The sim device's keys (docs/device.md's table is rendered from it).
+std::span<const option_spec<sim_config>> sim_config_table();
 
 }  // namespace strata

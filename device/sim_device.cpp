@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 

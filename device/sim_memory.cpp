@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 

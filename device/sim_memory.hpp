@@ -25,7 +25,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "extent_space.hpp"
+#include "strata/extent_space.hpp"
 #include "strata/device.hpp"
 
 namespace strata {

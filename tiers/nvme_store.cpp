@@ -1,4 +1,6 @@
-#include "nvme_store.hpp"
+#include "strata/nvme_store.hpp"
+
+#include <liburing.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -79,46 +81,42 @@ std::size_t direct_io_alignment(int fd) {
 
 }  // namespace
 
-result<std::unique_ptr<nvme_store>> nvme_store::open(const nvme_options& options,
+result<std::unique_ptr<nvme_store>> nvme_store::open(const offload_options& options,
                                                      io_faults* faults) {
-  if (options.directory.empty()) return invalid("no directory given");
-  if (options.queue_depth == 0 || options.queue_depth > 4096) {
-    return invalid("queue depth " + std::to_string(options.queue_depth) + " is not 1 to 4096");
-  }
-  if (options.block_size == 0 || options.block_size > (std::size_t{1} << 30)) {
-    return invalid("block size " + std::to_string(options.block_size) + " is not 1 B to 1 GiB");
-  }
+  if (options.nvme_dir.empty()) return invalid("no directory given");
   bool tmpfile = false;
-  auto fd = open_unnamed(options.directory, tmpfile);
+  auto fd = open_unnamed(options.nvme_dir, tmpfile);
   if (!fd) return fd.error();
   const std::size_t block = direct_io_alignment(*fd);
-  if (options.block_size % block != 0) {
+  if (options.nvme_block_size % block != 0) {
     ::close(*fd);
-    return invalid("block size " + std::to_string(options.block_size) +
+    return invalid("block size " + std::to_string(options.nvme_block_size) +
                    " is not a multiple of the direct-I/O block " + std::to_string(block) + " of " +
-                   options.directory);
+                   options.nvme_dir);
   }
   std::unique_ptr<nvme_store> store(new nvme_store(options, *fd, tmpfile, block, faults));
-  if (int rc = io_uring_queue_init(options.queue_depth, &store->ring_, 0); rc < 0) {
+  auto ring = std::make_unique<io_uring>();
+  if (int rc = io_uring_queue_init(static_cast<unsigned>(options.nvme_queue_depth), ring.get(), 0);
+      rc < 0) {
     return status{errc::io_error,
-                  "nvme store: io_uring_queue_init(" + std::to_string(options.queue_depth) +
+                  "nvme store: io_uring_queue_init(" + std::to_string(options.nvme_queue_depth) +
                       ") failed: " + why(-rc) + " (io_uring disabled in this environment?)"};
   }
-  store->ring_ready_ = true;
+  store->ring_ = std::move(ring);
   return store;
 }
 
-nvme_store::nvme_store(const nvme_options& options, int fd, bool tmpfile, std::size_t block,
+nvme_store::nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
                        io_faults* faults)
     : options_(options),
       fd_(fd),
       tmpfile_(tmpfile),
       block_(block),
       faults_(faults),
-      space_(block, options.capacity) {}
+      space_(block, options.nvme_capacity) {}
 
 nvme_store::~nvme_store() {
-  if (ring_ready_) io_uring_queue_exit(&ring_);
+  if (ring_ != nullptr) io_uring_queue_exit(ring_.get());
   std::free(bounce_);  // NOLINT(cppcoreguidelines-no-malloc): aligned_alloc'ed
   ::close(fd_);
 }
@@ -126,17 +124,17 @@ nvme_store::~nvme_store() {
 unsigned char* nvme_store::bounce(std::size_t slot) {
   if (bounce_ == nullptr) {
     // Needed only for unaligned callers and partial blocks: made on first use.
-    bounce_ = static_cast<unsigned char*>(
-        std::aligned_alloc(block_, options_.queue_depth * options_.block_size));  // NOLINT
+    bounce_ = static_cast<unsigned char*>(std::aligned_alloc(
+        block_, options_.nvme_queue_depth * options_.nvme_block_size));  // NOLINT
     if (bounce_ == nullptr) return nullptr;
   }
-  return bounce_ + slot * options_.block_size;
+  return bounce_ + slot * options_.nvme_block_size;
 }
 
 status nvme_store::fail(io_kind kind, const request& r, int result) {
   const std::string what = std::string(kind == io_kind::write ? "write" : "read") + " of " +
                            std::to_string(r.length) + " bytes at offset " +
-                           std::to_string(r.offset) + " in " + options_.directory;
+                           std::to_string(r.offset) + " in " + options_.nvme_dir;
   if (result == -ENOSPC) {
     return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
   }
@@ -148,7 +146,7 @@ status nvme_store::fail(io_kind kind, const request& r, int result) {
 status nvme_store::reserve_file(std::uint64_t end) {
   if (end <= allocated_) return {};
   std::uint64_t target = std::max<std::uint64_t>(end, allocated_ + (256ULL << 20));
-  if (options_.capacity != 0) target = std::min<std::uint64_t>(target, options_.capacity);
+  if (options_.nvme_capacity != 0) target = std::min<std::uint64_t>(target, options_.nvme_capacity);
   target = std::max(target, end);
   if (::fallocate(fd_, 0, static_cast<off_t>(allocated_),
                   static_cast<off_t>(target - allocated_)) != 0) {
@@ -159,7 +157,7 @@ status nvme_store::reserve_file(std::uint64_t end) {
     }
     const std::string what = "allocating " + std::to_string(target - allocated_) +
                              " bytes at offset " + std::to_string(allocated_) + " in " +
-                             options_.directory;
+                             options_.nvme_dir;
     if (error == ENOSPC) {
       return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
     }
@@ -177,14 +175,14 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
             "nvme store: its io_uring failed earlier (" + ring_failure_ + "); open a new store"};
   }
   const std::size_t span = space_.rounded(bytes);
-  const std::size_t bs = options_.block_size;
+  const std::size_t bs = options_.nvme_block_size;
   const std::size_t data_requests = (span + bs - 1) / bs;
   const std::size_t n = data_requests + (trailer != nullptr ? 1 : 0);
   std::vector<request> reqs(n);
   std::vector<std::uint32_t> slot_of(n, 0);
   std::vector<char> done(n, 0);
-  std::vector<std::uint32_t> free_slots(options_.queue_depth);
-  for (std::uint32_t s = 0; s < options_.queue_depth; ++s) free_slots[s] = s;
+  std::vector<std::uint32_t> free_slots(options_.nvme_queue_depth);
+  for (std::uint32_t s = 0; s < options_.nvme_queue_depth; ++s) free_slots[s] = s;
   std::size_t next_submit = 0;
   std::size_t next_check = 0;
   std::size_t in_flight = 0;
@@ -192,7 +190,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
   while (in_flight > 0 || (error.ok() && next_submit < n)) {
     unsigned queued = 0;
     // A sink read holds each slot until its bytes are checked, in order.
-    while (error.ok() && next_submit < n && in_flight < options_.queue_depth &&
+    while (error.ok() && next_submit < n && in_flight < options_.nvme_queue_depth &&
            !free_slots.empty()) {
       const std::size_t i = next_submit;
       request& r = reqs[i];
@@ -226,7 +224,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
         }
         check(user + r.user, r.useful);  // in order, before the bytes leave
       }
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
       if (kind == io_kind::write) {
         io_uring_prep_write(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
       } else {
@@ -238,7 +236,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
       ++queued;
     }
     if (queued > 0) {
-      if (int rc = io_uring_submit(&ring_); rc < 0) {
+      if (int rc = io_uring_submit(ring_.get()); rc < 0) {
         // This round never reached the disk; what went before is still
         // reaped. Its entries stay queued in the ring, so the ring is done.
         in_flight -= queued;
@@ -253,7 +251,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
     io_uring_cqe* cqe = nullptr;
     int rc = 0;
     do {
-      rc = io_uring_wait_cqe(&ring_, &cqe);
+      rc = io_uring_wait_cqe(ring_.get(), &cqe);
     } while (rc == -EINTR);
     if (rc < 0) {
       // Requests in flight cannot be reaped; the ring is done (its teardown
@@ -263,7 +261,7 @@ status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* u
     }
     const auto i = static_cast<std::size_t>(io_uring_cqe_get_data64(cqe));
     int result = cqe->res;
-    io_uring_cqe_seen(&ring_, cqe);
+    io_uring_cqe_seen(ring_.get(), cqe);
     --in_flight;
     request& r = reqs[i];
     if (faults_ != nullptr) result = faults_->complete(kind, r.offset, r.buffer, r.length, result);
@@ -293,11 +291,13 @@ result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
   // Extents of a request or more start on a request boundary: requests
   // straddling the disk's larger units cost up to a third of the write
   // throughput here (bench/RESULTS.md).
-  const auto offset = space_.take(span, data >= options_.block_size ? options_.block_size : 0);
+  const auto offset =
+      space_.take(span, data >= options_.nvme_block_size ? options_.nvme_block_size : 0);
   if (!offset) {
     ++stats_.failed;
-    return status{errc::out_of_memory, "nvme store: capacity " + std::to_string(options_.capacity) +
-                                           " bytes of " + options_.directory + " reached"};
+    return status{errc::out_of_memory, "nvme store: capacity " +
+                                           std::to_string(options_.nvme_capacity) + " bytes of " +
+                                           options_.nvme_dir + " reached"};
   }
   if (auto grown = reserve_file(*offset + span); !grown) {
     space_.give(*offset, span);
@@ -358,7 +358,7 @@ status nvme_store::mismatch(std::uint64_t id, const extent& e, std::uint32_t rea
                 "extent %llu (%zu bytes at offset %llu) %s: stored crc32c 0x%08x, read 0x%08x",
                 static_cast<unsigned long long>(id), e.bytes,
                 static_cast<unsigned long long>(e.offset), what, e.crc, read_crc);
-  return {errc::io_error, "nvme store in " + options_.directory + ": " + text};
+  return {errc::io_error, "nvme store in " + options_.nvme_dir + ": " + text};
 }
 
 status nvme_store::verify(std::uint64_t id) {

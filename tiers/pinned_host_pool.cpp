@@ -17,16 +17,8 @@ pinned_host_pool* pool_of(extent_hooks_t* h) {
 
 }  // namespace
 
-result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(
-    device& dev, const pinned_pool_options& options) {
-  if (options.chunk_bytes == 0 || options.large_bytes == 0) {
-    return status{errc::invalid_argument, "pinned host pool: chunk size or large_bytes 0"};
-  }
-  if (!(options.kept_fraction >= 0.0 && options.kept_fraction <= 1.0)) {
-    return status{errc::invalid_argument, "pinned host pool: kept_fraction " +
-                                              std::to_string(options.kept_fraction) +
-                                              " is not in [0, 1]"};
-  }
+result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(device& dev,
+                                                                   const offload_options& options) {
   auto je = jemalloc_library::get();
   if (!je) return je.error();
   std::unique_ptr<pinned_host_pool> pool(new pinned_host_pool(dev, options, **je));
@@ -45,13 +37,13 @@ result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(
   // Limited to the chunk size: with 32 MiB chunks, the least waste measured
   // on cs336_train_fwd_bwd_cold (22%, against 45% unlimited; 16 to 512 MiB
   // chunks: 28 to 62%).
-  std::size_t grow = options.chunk_bytes;
+  std::size_t grow = options.host_chunk;
   const std::string limit = "arena." + std::to_string(pool->arena_) + ".retain_grow_limit";
   (void)(*je)->mallctl(limit.c_str(), nullptr, nullptr, &grow, sizeof grow);  // best effort
   return pool;
 }
 
-pinned_host_pool::pinned_host_pool(device& dev, const pinned_pool_options& options,
+pinned_host_pool::pinned_host_pool(device& dev, const offload_options& options,
                                    const jemalloc_library& je)
     : dev_(dev), options_(options), je_(je), large_(dev) {
   hooked_.hooks = {hook_alloc,   hook_dalloc,  hook_destroy, hook_commit, hook_decline,
@@ -92,7 +84,7 @@ void* pinned_host_pool::carve(std::size_t size, std::size_t alignment) {
   auto it = std::find_if(unused_.begin(), unused_.end(),
                          [&](const auto& range) { return fits(range.first, range.second); });
   if (it == unused_.end()) {
-    const std::size_t bytes = std::max(options_.chunk_bytes, size + alignment);
+    const std::size_t bytes = std::max(options_.host_chunk, size + alignment);
     if (bytes > room()) large_.trim(0);  // kept buffers go first
     if (bytes > room()) return nullptr;
     auto chunk = dev_.host_alloc(bytes);
@@ -178,9 +170,9 @@ bool pinned_host_pool::hook_merge(extent_hooks_t* h, void* a, std::size_t /*size
 }
 
 std::uint64_t pinned_host_pool::room() const noexcept {
-  if (options_.capacity == 0) return UINT64_MAX;
+  if (options_.host_capacity == 0) return UINT64_MAX;
   const std::uint64_t pinned = chunk_bytes_ + large_.pinned();
-  return pinned >= options_.capacity ? 0 : options_.capacity - pinned;
+  return pinned >= options_.host_capacity ? 0 : options_.host_capacity - pinned;
 }
 
 void pinned_host_pool::note_pinned() noexcept {
@@ -197,7 +189,7 @@ void pinned_host_pool::note_in_use(std::uint64_t added) noexcept {
 status pinned_host_pool::out_of_memory(std::size_t bytes) {
   failed_.fetch_add(1, std::memory_order_relaxed);
   return {errc::out_of_memory, "pinned host pool: no pinned memory for " + std::to_string(bytes) +
-                                   " bytes (capacity " + std::to_string(options_.capacity) +
+                                   " bytes (capacity " + std::to_string(options_.host_capacity) +
                                    ", pinned " + std::to_string(stats().pinned_bytes) + ")"};
 }
 
@@ -217,7 +209,7 @@ result<void*> pinned_host_pool::allocate_large(std::size_t bytes) {
 
 result<void*> pinned_host_pool::allocate(std::size_t bytes) {
   if (bytes == 0) return status{errc::invalid_argument, "pinned host pool: allocation of 0 bytes"};
-  if (bytes >= options_.large_bytes) return allocate_large(bytes);
+  if (bytes >= options_.host_large) return allocate_large(bytes);
   void* p = je_.mallocx(bytes, flags_);
   if (p == nullptr) return out_of_memory(bytes);
   note_in_use(je_.sallocx(p, flags_));
@@ -231,7 +223,7 @@ void pinned_host_pool::free(void* ptr) {
     if (const std::size_t bytes = large_.live_size(ptr); bytes != 0) {
       const std::uint64_t in_use = in_use_.fetch_sub(bytes, std::memory_order_relaxed) - bytes;
       const auto keep =
-          static_cast<std::uint64_t>(options_.kept_fraction * static_cast<double>(in_use));
+          static_cast<std::uint64_t>(options_.host_kept * static_cast<double>(in_use));
       large_.give(ptr, keep);
       return;
     }

@@ -48,27 +48,14 @@
 
 namespace strata {
 
-/// Defaults: STRATA_CONF's (offload_options, docs/configuration.md).
-struct pinned_pool_options {
-  /// Pinned memory the jemalloc arena asks of the device at a time.
-  std::size_t chunk_bytes = offload_options{}.host_chunk;
-  /// Buffers of this size or more get one device allocation each.
-  std::size_t large_bytes = offload_options{}.host_large;
-  /// Freed large buffers are kept for reuse up to this fraction of the
-  /// bytes in use; beyond it they go back to the device.
-  double kept_fraction = offload_options{}.host_kept;
-  /// Most pinned bytes; 0: no limit.
-  std::uint64_t capacity = offload_options{}.host_capacity;
-};
-
 class pinned_host_pool {
  public:
-  /// A pool over `dev`'s pinned host memory (`dev` must outlive it).
-  /// Errors: not_supported when jemalloc cannot load (see
-  /// jemalloc_library.hpp), invalid_argument for a zero chunk size or
-  /// large_bytes, or a kept_fraction outside [0, 1].
+  /// A pool over `dev`'s pinned host memory (`dev` must outlive it), sized
+  /// by the host_* options, which must be in their table ranges
+  /// (check_allocator_options). Errors: not_supported when jemalloc cannot
+  /// load (see jemalloc_library.hpp).
   static result<std::unique_ptr<pinned_host_pool>> create(device& dev,
-                                                          const pinned_pool_options& options);
+                                                          const offload_options& options);
   pinned_host_pool(const pinned_host_pool&) = delete;
   pinned_host_pool& operator=(const pinned_host_pool&) = delete;
   pinned_host_pool(pinned_host_pool&&) = delete;
@@ -110,7 +97,7 @@ class pinned_host_pool {
     pinned_host_pool* pool;
   };
 
-  pinned_host_pool(device& dev, const pinned_pool_options& options, const jemalloc_library& je);
+  pinned_host_pool(device& dev, const offload_options& options, const jemalloc_library& je);
   void* carve(std::size_t size, std::size_t alignment);
   // jemalloc's metadata blocks (alignment >= metadata_alignment), mmap'ed.
   void* metadata(std::size_t size, std::size_t alignment);
@@ -142,7 +129,7 @@ class pinned_host_pool {
                          std::size_t size_b, bool committed, unsigned arena);
 
   device& dev_;
-  pinned_pool_options options_;
+  offload_options options_;
   const jemalloc_library& je_;
   hooked hooked_{};
   unsigned arena_ = 0;

@@ -1,14 +1,15 @@
 // The residency manager's C API (strata/residency.h); handles and errors as
-// allocator/c_handle.hpp describes.
+// strata/c_extension.hpp describes.
+#include <atomic>
 #include <string>
 
-#include "c_handle.hpp"
-#include "residency_manager.hpp"
+#include "strata/c_extension.hpp"
 #include "strata/residency.h"
+#include "strata/residency.hpp"
 
 struct strata_residency {
   std::atomic<strata::residency_manager*> impl{nullptr};
-  strata_allocator* allocator = nullptr;  // its `users` counts this manager
+  strata_allocator* allocator = nullptr;  // borrowed until this manager is destroyed
 };
 
 namespace {
@@ -41,21 +42,21 @@ extern "C" {
 strata_status strata_residency_create(strata_allocator* allocator, const char* conf,
                                       strata_residency** out) {
   if (out == nullptr) return null_output();
-  strata::caching_allocator* device =
-      allocator == nullptr ? nullptr : allocator->impl.load(std::memory_order_acquire);
+  strata::allocator* device = strata::c_api::borrow(allocator);
   if (device == nullptr) {
     return fail(strata::errc::invalid_argument,
                 allocator == nullptr ? "null allocator handle" : "the allocator was destroyed");
   }
   auto options =
       conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
-  if (!options) return fail(options.error());
-  auto made =
-      strata::residency_manager::create(*device, strata::residency_options::from(options->offload));
-  if (!made) return fail(made.error());
+  auto made = options ? strata::residency_manager::create(*device, options->offload)
+                      : strata::result<std::unique_ptr<strata::residency_manager>>(options.error());
+  if (!made) {
+    strata::c_api::give_back(allocator);
+    return fail(made.error());
+  }
   auto* handle = strata::c_api::new_slot<strata_residency>();
   handle->allocator = allocator;
-  allocator->users.fetch_add(1, std::memory_order_acq_rel);
   handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
@@ -66,7 +67,7 @@ strata_status strata_residency_destroy(strata_residency* r) {
   strata::residency_manager* impl = r->impl.exchange(nullptr, std::memory_order_acq_rel);
   if (impl == nullptr) return no_manager(r);
   delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
-  r->allocator->users.fetch_sub(1, std::memory_order_acq_rel);
+  strata::c_api::give_back(r->allocator);
   return STRATA_OK;
 }
 

@@ -1,7 +1,10 @@
-#include "residency_manager.hpp"
+#include "strata/residency.hpp"
 
 #include <chrono>
 #include <string>
+
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
 
 namespace strata {
 
@@ -14,57 +17,51 @@ status unknown(std::uint64_t handle) {
 
 }  // namespace
 
-residency_options residency_options::from(const offload_options& o) {
-  residency_options r;
-  r.host.chunk_bytes = o.host_chunk;
-  r.host.large_bytes = o.host_large;
-  r.host.kept_fraction = o.host_kept;
-  r.host.capacity = o.host_capacity;
-  r.nvme.directory = o.nvme_dir;
-  r.nvme.block_size = o.nvme_block_size;
-  r.nvme.queue_depth = o.nvme_queue_depth;
-  r.nvme.capacity = o.nvme_capacity;
-  r.verify_nvme = o.nvme_verify;
-  return r;
-}
-
-result<std::unique_ptr<residency_manager>> residency_manager::create(
-    caching_allocator& device, const residency_options& options, io_faults* nvme_faults) {
-  auto host = pinned_host_pool::create(device.dev(), options.host);
+result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& alloc,
+                                                                     const offload_options& options,
+                                                                     io_faults* nvme_faults) {
+  allocator_options all;
+  all.offload = options;
+  if (auto s = check_allocator_options(all); !s) return s;
+  auto host = pinned_host_pool::create(alloc.dev(), options);
   if (!host) return host.error();
   std::unique_ptr<nvme_store> nvme;
-  if (!options.nvme.directory.empty()) {
-    auto store = nvme_store::open(options.nvme, nvme_faults);
+  if (!options.nvme_dir.empty()) {
+    auto store = nvme_store::open(options, nvme_faults);
     if (!store) return store.error();
     nvme = std::move(*store);
   }
   std::unique_ptr<residency_manager> m(
-      new residency_manager(device, std::move(*host), std::move(nvme), options.verify_nvme));
+      new residency_manager(alloc, std::move(*host), std::move(nvme), options.nvme_verify));
   // Two copy streams: a spill's device-to-host copy need not queue behind
   // fills in flight (the two directions overlap on the bus).
   for (stream_handle* s : {&m->spill_stream_, &m->fill_stream_}) {
-    auto stream = device.dev().create_stream();
+    auto stream = alloc.dev().create_stream();
     if (!stream) return stream.error();
     *s = *stream;
   }
-  auto event = device.dev().create_event();
+  auto event = alloc.dev().create_event();
   if (!event) return event.error();
   m->copy_done_ = *event;
   m->handler_ =
-      device.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
+      alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
   return m;
 }
 
-residency_manager::residency_manager(caching_allocator& device,
-                                     std::unique_ptr<pinned_host_pool> host,
+residency_manager::residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                                      std::unique_ptr<nvme_store> nvme, bool verify_nvme)
-    : dev_(device), host_(std::move(host)), nvme_(std::move(nvme)), verify_nvme_(verify_nvme) {}
+    : alloc_(alloc), host_(std::move(host)), nvme_(std::move(nvme)), verify_nvme_(verify_nvme) {}
 
 residency_manager::~residency_manager() {
-  if (handler_ != 0) (void)dev_.remove_pressure_handler(handler_);
+  if (handler_ != 0) {
+    try {
+      alloc_.remove_pressure_handler(handler_);
+    } catch (const error&) {  // registered by create(): cannot be unknown
+    }
+  }
   std::lock_guard lock(mu_);
   for (auto& [handle, b] : buffers_) drop(b);
-  device& d = dev_.dev();
+  device& d = alloc_.dev();
   if (copy_done_.native != nullptr) (void)d.destroy_event(copy_done_);
   for (const stream_handle s : {spill_stream_, fill_stream_}) {
     if (s.native == nullptr) continue;
@@ -89,7 +86,7 @@ void residency_manager::moved(buffer& b, tier to, std::uint64_t& count) {
 
 bool residency_manager::retire(buffer& b, bool wait) {
   if (b.staging == nullptr) return true;
-  device& d = dev_.dev();
+  device& d = alloc_.dev();
   if (wait) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)d.synchronize_event(b.filled);  // a failure here still ends the copy
@@ -112,11 +109,11 @@ void residency_manager::retire_finished() {
 
 void residency_manager::drop(buffer& b) {
   (void)retire(b, true);
-  if (b.device != nullptr) (void)dev_.free(b.device);
+  if (b.device != nullptr) (void)alloc_.try_free(b.device);
   if (b.host != nullptr) host_->free(b.host);
   if (b.where == tier::nvme) (void)nvme_->erase(b.extent);
-  if (b.has_release_event) (void)dev_.dev().destroy_event(b.released);
-  if (b.has_fill_event) (void)dev_.dev().destroy_event(b.filled);
+  if (b.has_release_event) (void)alloc_.dev().destroy_event(b.released);
+  if (b.has_fill_event) (void)alloc_.dev().destroy_event(b.filled);
   b.has_fill_event = false;
   if (b.where != tier::none) tier_bytes(b.where) -= b.bytes;
   b.device = nullptr;
@@ -136,7 +133,7 @@ result<std::uint64_t> residency_manager::register_buffer(std::size_t bytes, buff
 
 status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, const event_handle* after) {
-  device& d = dev_.dev();
+  device& d = alloc_.dev();
   if (after != nullptr) {
     if (auto s = d.stream_wait_event(spill_stream_, *after); !s) return s;
   }
@@ -206,7 +203,7 @@ status residency_manager::spill_to_host(buffer& b) {
     host_->free(*host);
     return s;
   }
-  (void)dev_.free(b.device);
+  (void)alloc_.try_free(b.device);
   b.device = nullptr;
   b.host = *host;
   moved(b, tier::host, stats_.spills_to_host);
@@ -229,7 +226,7 @@ result<void*> residency_manager::device_memory(std::size_t bytes) {
     // The allocator's pressure handler already spilled enough bytes; but
     // freed blocks may share pages with live ones, so spill on until the
     // request fits or nothing evictable is left.
-    auto p = dev_.malloc(bytes);
+    auto p = alloc_.try_malloc(bytes);
     if (p || p.code() != errc::out_of_memory) return p;
     buffer* v = victim(tier::device);
     if (v == nullptr) return p.error();
@@ -249,18 +246,18 @@ status residency_manager::fill(buffer& b, void* stream) {
     status read = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
     if (!read) {
       if (host) host_->free(*host);
-      (void)dev_.free(*dev);
+      (void)alloc_.try_free(*dev);
       return read;
     }
     (void)nvme_->erase(b.extent);
     b.host = *host;
     moved(b, tier::host, stats_.fills_from_nvme);
   }
-  device& d = dev_.dev();
+  device& d = alloc_.dev();
   if (!b.has_fill_event) {
     auto e = d.create_event();
     if (!e) {
-      (void)dev_.free(*dev);
+      (void)alloc_.try_free(*dev);
       return e.error();
     }
     b.filled = *e;
@@ -271,7 +268,7 @@ status residency_manager::fill(buffer& b, void* stream) {
   if (queued) queued = d.stream_wait_event(stream_handle{stream}, b.filled);
   if (!queued) {
     (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
-    (void)dev_.free(*dev);
+    (void)alloc_.try_free(*dev);
     return queued;
   }
   b.staging = b.host;  // given back once the copy is done (retire)
@@ -320,7 +317,7 @@ status residency_manager::release(std::uint64_t handle, void* stream) {
     return {errc::invalid_argument,
             "residency manager: buffer " + std::to_string(handle) + " is not acquired"};
   }
-  device& d = dev_.dev();
+  device& d = alloc_.dev();
   if (!b.has_release_event) {
     auto e = d.create_event();
     if (!e) return e.error();

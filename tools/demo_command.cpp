@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 #include "strata/device.hpp"
 
 namespace strata {

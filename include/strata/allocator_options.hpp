@@ -3,9 +3,11 @@
 // STRATA_CONF is a comma-separated list of key:value pairs, like
 // PYTORCH_CUDA_ALLOC_CONF, e.g.
 //   STRATA_CONF="device:sim:capacity=16GiB,granularity=2MiB,memory_fraction:0.9"
-// The device spec may itself contain commas: an item of the form key=value
-// (with '=' and no ':' before it) continues the `device` value before it.
-// docs/configuration.md documents every key.
+// in the grammar of strata/option_table.hpp. The device spec may itself
+// contain commas: an item of the form key=value (with '=' and no ':' before
+// it) continues the `device` value before it. allocator_option_table() holds
+// every key with its range and doc; docs/configuration.md's table is
+// rendered from it.
 //
 // Thread safety: plain values and pure functions.
 #pragma once
@@ -13,11 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "strata/error.hpp"
 #include "strata/export.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 
@@ -34,17 +38,23 @@ struct offload_options {
   /// Freed large host buffers kept for reuse, as a fraction of the bytes in use.
   double host_kept = 0.05;
   /// Directory of the NVMe tier's file; empty: no NVMe tier.
-  std::string nvme_dir;
+  std::string nvme_dir{};
   /// Bytes per NVMe request.
   std::uint64_t nvme_block_size = 1ULL << 20;
   /// NVMe requests in flight, 1 to 4096.
-  unsigned nvme_queue_depth = 32;
+  std::uint64_t nvme_queue_depth = 32;
   /// Most bytes in the NVMe file; 0: until the disk is full.
   std::uint64_t nvme_capacity = 0;
   /// Read every spill back from the disk and check it before the host copy
   /// is freed (one more read of each spilled buffer).
   bool nvme_verify = true;
 };
+
+/// Limits of the event trace's options: events in the ring, frames per
+/// event, and bytes of frames in all (trace_buffer x trace_frames x 8).
+inline constexpr std::uint64_t max_trace_buffer = std::uint64_t{1} << 26;
+inline constexpr std::uint64_t max_trace_frames = 32;
+inline constexpr std::uint64_t max_frame_bytes = std::uint64_t{1} << 30;
 
 struct allocator_options {
   /// Device spec (see docs/device.md): "auto", "cuda:N" or "sim:...".
@@ -77,10 +87,19 @@ struct allocator_options {
   /// Where the integrations (the preload shim, the LibTorch plugin) write
   /// the stats, the memory summary and the last OOM report at process exit;
   /// empty: no report. The allocator itself does not read it.
-  std::string report_on_exit;
+  std::string report_on_exit{};
   /// The offload tiers' settings; the allocator itself does not read them.
-  offload_options offload;
+  offload_options offload{};
 };
+
+/// Every STRATA_CONF key: kind, range, doc, field (strata/option_table.hpp).
+STRATA_API std::span<const option_spec<allocator_options>> allocator_option_table();
+
+/// Checks options a program filled in itself against the table's ranges
+/// (parse_allocator_conf's results always pass). The allocator and the
+/// residency manager call it when they are made; the parts they are built
+/// from trust the values. Errors: invalid_argument naming the key.
+STRATA_API status check_allocator_options(const allocator_options& options);
 
 /// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are
 /// invalid_argument errors naming the key and the accepted values.

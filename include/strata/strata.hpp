@@ -12,8 +12,10 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "strata/allocator_options.hpp"
+#include "strata/allocator_stats.hpp"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
@@ -21,19 +23,35 @@
 namespace strata {
 
 class caching_allocator;
+struct allocator_access;
 
-/// The exception the C++ API throws: the message plus the code.
+/// The exception the C++ API throws: what() is "code_name: message".
 class STRATA_API error : public std::runtime_error {
  public:
-  explicit error(const status& s) : std::runtime_error(s.to_string()), code_(s.code()) {}
+  explicit error(const status& s)
+      : std::runtime_error(s.to_string()), code_(s.code()), message_(s.message()) {}
   [[nodiscard]] errc code() const noexcept { return code_; }
+  /// The message without the code's name.
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  /// The error as a status (code and message).
+  [[nodiscard]] status to_status() const { return {code_, message_}; }
 
  private:
   errc code_;
+  std::string message_;
 };
 
 /// Counters by their torch.cuda.memory_stats() names.
 using stat_map = std::map<std::string, std::int64_t>;
+
+/// Which pages are mapped in one arena (allocator::page_map): one entry per
+/// page up to its last mapped page: 0 unmapped, 1 mapped and holding no
+/// live block, 2 mapped under a live block (or a slab).
+struct arena_pages {
+  std::uintptr_t stream = 0;  ///< the arena's native stream handle
+  bool small = false;         ///< the small (size-class) arena of that stream
+  std::vector<std::uint8_t> pages;
+};
 
 class STRATA_API allocator {
  public:
@@ -50,18 +68,42 @@ class STRATA_API allocator {
   /// Waits for the device and returns all memory to it.
   ~allocator();
 
-  /// Device-wide allocation (see strata.h); 0 bytes gives nullptr.
+  /// Device-wide allocation (see strata.h); 0 bytes gives nullptr. Throws
+  /// `error` (out_of_memory with the report's summary; last_oom_report()
+  /// has the whole report).
   void* malloc(std::size_t bytes);
   /// Device-wide free; nullptr is a no-op. Throws for foreign/double frees.
   void free(void* ptr);
   /// Stream-ordered allocation on a native stream handle (nullptr: default).
   void* malloc_async(std::size_t bytes, void* stream);
   void free_async(void* ptr, void* stream);
+
+  /// malloc, free, malloc_async and free_async without exceptions: errors
+  /// come back as values, with the same codes and messages. For callers to
+  /// whom out_of_memory is an outcome, not an exception (the residency
+  /// manager spills and retries; replay counts it).
+  [[nodiscard]] result<void*> try_malloc(std::size_t bytes);
+  status try_free(void* ptr);
+  [[nodiscard]] result<void*> try_malloc_async(std::size_t bytes, void* stream);
+  status try_free_async(void* ptr, void* stream);
+
+  /// The free of `ptr` also waits for work queued on `stream` up to the
+  /// free (torch's record_stream).
   void record_stream(void* ptr, void* stream);
+  /// Returns every page not backing a live block to the device.
   void empty_cache();
+  /// Waits for pending frees, then returns idle pages until at most
+  /// `keep_bytes` of them remain cached.
   void trim(std::size_t keep_bytes);
+  /// Limits the bytes held to `fraction` (0, 1] of the device's memory.
   void set_memory_fraction(double fraction);
+  /// The counters by their torch.cuda.memory_stats() names.
   [[nodiscard]] stat_map stats() const;
+  /// The same counters as a struct (strata/allocator_stats.hpp): no map, no
+  /// strings, cheap enough to read after every call.
+  [[nodiscard]] allocator_stats counters() const;
+  /// Which pages are mapped, per arena (see arena_pages).
+  [[nodiscard]] std::vector<arena_pages> page_map() const;
   void reset_peak_stats();
   [[nodiscard]] std::string memory_summary() const;
   [[nodiscard]] std::string snapshot_json() const;
@@ -88,7 +130,13 @@ class STRATA_API allocator {
   /// Throws `error` (invalid_argument) for an unknown id.
   void remove_pressure_handler(std::uint64_t id);
 
+  /// The device this allocator allocates on, for the layers above (streams,
+  /// events, copies, pinned host memory); valid as long as the allocator.
+  [[nodiscard]] device& dev() const;
+
  private:
+  friend struct allocator_access;  // the C API reaches the implementation
+  allocator() = default;
   [[nodiscard]] caching_allocator& impl() const;
   std::unique_ptr<caching_allocator> impl_;
 };

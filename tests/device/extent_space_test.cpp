@@ -2,7 +2,7 @@
 // to the limit, and starts aligned beyond the unit.
 #include <gtest/gtest.h>
 
-#include "extent_space.hpp"
+#include "strata/extent_space.hpp"
 
 namespace strata::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 
 #include <gtest/gtest.h>
 
@@ -39,8 +39,8 @@ TEST(Counts, RejectSignsAndJunk) {
   EXPECT_EQ(*parse_count("n", "42"), 42u);
   EXPECT_FALSE(parse_count("n", "-1").ok());
   EXPECT_FALSE(parse_count("n", "4x").ok());
-  EXPECT_DOUBLE_EQ(*parse_rate("r", "0.5"), 0.5);
-  EXPECT_FALSE(parse_rate("r", "nan").ok());
+  EXPECT_DOUBLE_EQ(*parse_number("r", "0.5"), 0.5);
+  EXPECT_FALSE(parse_number("r", "nan").ok());
 }
 
 TEST(FormatBytes, ReadableUnits) {

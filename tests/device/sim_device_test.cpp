@@ -59,9 +59,9 @@ TEST(SimSpec, BadSpecsNameTheProblem) {
   // Absurd values are refused when the spec is read, not later as a
   // failure of their arithmetic.
   for (const auto& [spec, says] :
-       {std::pair{"sim:capacity=9223372036854775808", "more than the sim device's limit of 16 TiB"},
-        std::pair{"sim:capacity=17TiB", "limit of 16 TiB"},
-        std::pair{"sim:granularity=2GiB,capacity=4GiB", "power of two from 4 KiB to 1 GiB"},
+       {std::pair{"sim:capacity=9223372036854775808", "'capacity': expected 4KiB to 16TiB"},
+        std::pair{"sim:capacity=17TiB", "expected 4KiB to 16TiB"},
+        std::pair{"sim:granularity=2GiB,capacity=4GiB", "expected 4KiB to 1GiB, a power of two"},
         std::pair{"sim:op_delay_us=18446744073709551615", "expected microseconds from 0 to"},
         std::pair{"sim:copy_latency_us=10000001", "expected microseconds from 0 to"}}) {
     auto d = open_device(spec);

@@ -13,8 +13,26 @@ set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
+# The C++ example of docs/tiers.md ("The residency manager"), as a source file.
+file(READ ${SOURCE_DIR}/../../docs/tiers.md tiers_md)
+string(FIND "${tiers_md}" "## The residency manager" section)
+if(section EQUAL -1)
+  message(FATAL_ERROR "docs/tiers.md has no section 'The residency manager'")
+endif()
+string(SUBSTRING "${tiers_md}" ${section} -1 tiers_md)
+string(FIND "${tiers_md}" "```cpp\n" begin)
+string(FIND "${tiers_md}" "\n```\n" end)
+if(begin EQUAL -1 OR end LESS begin)
+  message(FATAL_ERROR "docs/tiers.md: no C++ block in 'The residency manager'")
+endif()
+math(EXPR begin "${begin} + 7")
+math(EXPR length "${end} - ${begin} + 1")
+string(SUBSTRING "${tiers_md}" ${begin} ${length} example)
+file(WRITE ${WORK_DIR}/tiers_example.cpp "${example}")
+
 # CMake package.
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/consumer -B ${WORK_DIR}/cmake-build
+    -DTIERS_EXAMPLE=${WORK_DIR}/tiers_example.cpp
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX} "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
     -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build)

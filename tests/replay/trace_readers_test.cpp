@@ -5,8 +5,8 @@
 
 #include <fstream>
 
-#include "caching_allocator.hpp"
 #include "replay/alloc_trace.hpp"
+#include "strata/strata.hpp"
 
 namespace strata::replay {
 namespace {
@@ -125,22 +125,21 @@ TEST(TraceReaders, StrataTraceRoundTrip) {
   allocator_options o;
   o.device = "sim:capacity=64MiB";
   o.trace_buffer = 256;
-  auto a = caching_allocator::create(o);
-  ASSERT_TRUE(a.ok());
-  void* p = *(*a)->malloc_async(3 << 20, nullptr);
-  void* q = *(*a)->malloc_async(4096, nullptr);
-  ASSERT_TRUE((*a)->free_async(p, nullptr).ok());
-  auto t = read_strata_trace_json((*a)->trace_json(), "trace.json");
+  allocator a(o);
+  void* p = a.malloc_async(3 << 20, nullptr);
+  void* q = a.malloc_async(4096, nullptr);
+  a.free_async(p, nullptr);
+  auto t = read_strata_trace_json(a.trace_json(), "trace.json");
   ASSERT_TRUE(t.ok()) << t.error().to_string();
   ASSERT_EQ(t->ops.size(), 3u);
   EXPECT_EQ(t->ops[0].addr, reinterpret_cast<std::uintptr_t>(p));
   EXPECT_EQ(t->ops[2].kind, op_kind::free);
   // The pickle export reads back through the PyTorch path.
-  auto snap = read_pytorch_snapshot((*a)->snapshot_pickle(), "snap.pickle", 0);
+  auto snap = read_pytorch_snapshot(a.snapshot_pickle(), "snap.pickle", 0);
   ASSERT_TRUE(snap.ok()) << snap.error().to_string();
   EXPECT_EQ(snap->format, "strata_snapshot");
   EXPECT_EQ(snap->ops.size(), 3u);
-  ASSERT_TRUE((*a)->free_async(q, nullptr).ok());
+  a.free_async(q, nullptr);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "crc32c.hpp"
-#include "nvme_store.hpp"
+#include "strata/nvme_store.hpp"
 
 namespace strata::testing {
 namespace {
@@ -36,18 +36,18 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-nvme_options opts(std::size_t block_size = 1 << 20, unsigned queue_depth = 32,
-                  std::uint64_t capacity = 0) {
-  nvme_options o;
-  o.directory = scratch();
-  o.block_size = block_size;
-  o.queue_depth = queue_depth;
-  o.capacity = capacity;
+offload_options opts(std::size_t block_size = 1 << 20, unsigned queue_depth = 32,
+                     std::uint64_t capacity = 0) {
+  offload_options o;
+  o.nvme_dir = scratch();
+  o.nvme_block_size = block_size;
+  o.nvme_queue_depth = queue_depth;
+  o.nvme_capacity = capacity;
   return o;
 }
 
 // Opens a store, or skips the test when the directory cannot do O_DIRECT.
-std::unique_ptr<nvme_store> open_store(const nvme_options& o, io_faults* faults = nullptr) {
+std::unique_ptr<nvme_store> open_store(const offload_options& o, io_faults* faults = nullptr) {
   auto s = nvme_store::open(o, faults);
   if (!s && s.error().message().find("O_DIRECT") != std::string::npos) return nullptr;
   EXPECT_TRUE(s.ok()) << s.error().to_string();
@@ -153,17 +153,14 @@ TEST(NvmeStore, LargeExtentsStartOnARequestBoundary) {
 }
 
 TEST(NvmeStore, BadOptionsAreClearErrors) {
-  nvme_options o;
+  offload_options o;
   EXPECT_EQ(nvme_store::open(o).code(), errc::invalid_argument);
-  o.directory = "/no/such/directory";
+  o.nvme_dir = "/no/such/directory";
   auto missing = nvme_store::open(o);
   EXPECT_EQ(missing.code(), errc::invalid_argument);
   EXPECT_NE(missing.error().message().find("/no/such/directory"), std::string::npos);
-  o.directory = scratch();
-  o.queue_depth = 0;
-  EXPECT_EQ(nvme_store::open(o).code(), errc::invalid_argument);
-  o.queue_depth = 8;
-  o.block_size = 1000;
+  o.nvme_dir = scratch();
+  o.nvme_block_size = 1000;
   auto odd = nvme_store::open(o);
   if (odd.ok()) GTEST_SKIP() << "unexpected: 1000-byte blocks accepted";
   EXPECT_EQ(odd.code(), errc::invalid_argument);

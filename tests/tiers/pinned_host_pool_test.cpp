@@ -25,7 +25,7 @@ std::unique_ptr<device> sim() {
   return d ? std::move(*d) : nullptr;
 }
 
-std::unique_ptr<pinned_host_pool> make_pool(device& dev, pinned_pool_options o = {}) {
+std::unique_ptr<pinned_host_pool> make_pool(device& dev, offload_options o = {}) {
   auto p = pinned_host_pool::create(dev, o);
   EXPECT_TRUE(p.ok()) << p.error().to_string();
   return p ? std::move(*p) : nullptr;
@@ -43,7 +43,7 @@ TEST(PinnedHostPoolLoad, WithoutStaticTlsToSpareTheErrorSaysWhatToDo) {
 
 TEST(PinnedHostPool, ServesPinnedChunksAndLeavesTheProgramsMallocAlone) {
   auto dev = sim();
-  auto pool = make_pool(*dev, {.chunk_bytes = 8 << 20});
+  auto pool = make_pool(*dev, {.host_chunk = 8 << 20});
   ASSERT_TRUE(pool);
   void* jemalloc = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   ASSERT_NE(jemalloc, nullptr) << "the pool should have loaded jemalloc";
@@ -73,7 +73,7 @@ TEST(PinnedHostPool, ServesPinnedChunksAndLeavesTheProgramsMallocAlone) {
 
 TEST(PinnedHostPool, TheCapacityIsOutOfMemory) {
   auto dev = sim();
-  auto pool = make_pool(*dev, {.chunk_bytes = 4 << 20, .capacity = 16 << 20});
+  auto pool = make_pool(*dev, {.host_capacity = 16 << 20, .host_chunk = 4 << 20});
   ASSERT_TRUE(pool);
   std::vector<void*> held;
   status last;
@@ -95,7 +95,7 @@ TEST(PinnedHostPool, TheCapacityIsOutOfMemory) {
 TEST(PinnedHostPool, FreedLargeBuffersAreKeptWithinTheBudgetAndReused) {
   constexpr std::uint64_t mib = 1 << 20;
   auto dev = sim();
-  auto pool = make_pool(*dev, {.chunk_bytes = 4 * mib, .kept_fraction = 0.25});
+  auto pool = make_pool(*dev, {.host_chunk = 4 * mib, .host_kept = 0.25});
   ASSERT_TRUE(pool);
   const std::uint64_t base = pool->stats().pinned_bytes;
   EXPECT_EQ(base, 0u) << "jemalloc's metadata is not in pinned memory";
@@ -133,7 +133,7 @@ TEST(PinnedHostPool, FreedLargeBuffersAreKeptWithinTheBudgetAndReused) {
 TEST(PinnedHostPool, KeptBuffersMakeRoomUnderTheCapacity) {
   constexpr std::uint64_t mib = 1 << 20;
   auto dev = sim();
-  auto pool = make_pool(*dev, {.chunk_bytes = 4 * mib, .kept_fraction = 1, .capacity = 16 * mib});
+  auto pool = make_pool(*dev, {.host_capacity = 16 * mib, .host_chunk = 4 * mib, .host_kept = 1});
   ASSERT_TRUE(pool);
   auto held = pool->allocate(6 * mib);
   auto a = pool->allocate(6 * mib);
@@ -165,12 +165,17 @@ TEST(PinnedHostPool, KeptBuffersMakeRoomUnderTheCapacity) {
   pool->free(*held);
 }
 
-TEST(PinnedHostPool, BadOptionsAreRefused) {
-  auto dev = sim();
-  EXPECT_EQ(pinned_host_pool::create(*dev, {.chunk_bytes = 0}).code(), errc::invalid_argument);
-  EXPECT_EQ(pinned_host_pool::create(*dev, {.large_bytes = 0}).code(), errc::invalid_argument);
-  EXPECT_EQ(pinned_host_pool::create(*dev, {.kept_fraction = -0.5}).code(), errc::invalid_argument);
-  EXPECT_EQ(pinned_host_pool::create(*dev, {.kept_fraction = 2}).code(), errc::invalid_argument);
+// The pool trusts its options: the options table refuses bad ones before
+// any tier is made (the residency manager checks them in create()).
+TEST(PinnedHostPool, BadOptionsAreRefusedByTheTable) {
+  for (const offload_options& o :
+       {offload_options{.host_chunk = 0}, offload_options{.host_large = 0},
+        offload_options{.host_kept = -0.5}, offload_options{.host_kept = 2},
+        offload_options{.nvme_queue_depth = 0}, offload_options{.nvme_block_size = 0}}) {
+    allocator_options all;
+    all.offload = o;
+    EXPECT_EQ(check_allocator_options(all).code(), errc::invalid_argument);
+  }
 }
 
 // The buffers a residency manager would spill: every allocation of a

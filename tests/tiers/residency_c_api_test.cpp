@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "c_handle.hpp"
+#include "strata/c_extension.hpp"
 #include "strata/residency.h"
 
 extern "C" {
@@ -44,7 +44,11 @@ long long stat_of(strata_residency* r, const std::string& name) {
 // On the sim device, device memory is host memory: the test reads and
 // writes it directly once the device is idle.
 void wait_idle(strata_allocator* a) {
-  ASSERT_TRUE(a->impl.load()->dev().synchronize().ok());
+  strata::allocator* cpp = strata::c_api::borrow(a);
+  ASSERT_NE(cpp, nullptr);
+  const bool idle = cpp->dev().synchronize().ok();
+  strata::c_api::give_back(a);
+  ASSERT_TRUE(idle);
 }
 
 TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {

@@ -12,8 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "residency_manager.hpp"
 #include "sim_device.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
 
 namespace strata::testing {
 namespace {
@@ -27,32 +28,30 @@ std::string scratch() {
   return dir;
 }
 
-residency_options small_tiers(bool with_nvme = true) {
-  residency_options o;
-  o.host.chunk_bytes = 2 * mib;
-  o.host.capacity = 8 * mib;
+offload_options small_tiers(bool with_nvme = true) {
+  offload_options o;
+  o.host_chunk = 2 * mib;
+  o.host_capacity = 8 * mib;
   if (with_nvme) {
-    o.nvme.directory = scratch();
-    o.nvme.block_size = 256 << 10;
-    o.nvme.queue_depth = 4;
+    o.nvme_dir = scratch();
+    o.nvme_block_size = 256 << 10;
+    o.nvme_queue_depth = 4;
   }
   return o;
 }
 
 struct setup {
-  std::unique_ptr<caching_allocator> alloc;
+  std::unique_ptr<allocator> alloc;
   std::unique_ptr<residency_manager> manager;
   stream_handle streams[2]{};
 };
 
-setup make(const std::string& sim_spec, const residency_options& o, io_faults* faults = nullptr) {
+setup make(const std::string& sim_spec, const offload_options& o, io_faults* faults = nullptr) {
   setup s;
-  auto dev = open_device(sim_spec);
-  EXPECT_TRUE(dev.ok());
-  for (auto& st : s.streams) st = *(*dev)->create_stream();
-  auto a = caching_allocator::create(std::move(*dev), {});
-  EXPECT_TRUE(a.ok());
-  s.alloc = std::move(*a);
+  allocator_options options;
+  options.device = sim_spec;
+  s.alloc = std::make_unique<allocator>(options);
+  for (auto& st : s.streams) st = *s.alloc->dev().create_stream();
   auto m = residency_manager::create(*s.alloc, o, faults);
   EXPECT_TRUE(m.ok()) << m.error().to_string();
   if (m) s.manager = std::move(*m);
@@ -168,18 +167,18 @@ TEST(Residency, PinnedBuffersStayAndTheOracleChoosesVictims) {
   ASSERT_TRUE(s.manager->release(*extra, nullptr).ok());
   // The pressure handler: a plain allocation spills released buffers.
   s.manager->set_eviction_oracle(nullptr);
-  auto p = s.alloc->malloc(6 * mib);
+  auto p = s.alloc->try_malloc(6 * mib);
   ASSERT_TRUE(p.ok()) << p.error().to_string();
   EXPECT_EQ(*s.manager->where(*pinned), tier::device);
-  EXPECT_TRUE(s.alloc->free(*p).ok());
+  EXPECT_TRUE(s.alloc->try_free(*p).ok());
 }
 
 // A fill is ordered on the acquiring stream: acquire returns while the copy
 // is in flight (slow sim streams), and work queued on that stream after it
 // sees the bytes.
 TEST(Residency, FillsAreStreamOrdered) {
-  residency_options o = small_tiers();
-  o.host.capacity = 32 * mib;
+  offload_options o = small_tiers();
+  o.host_capacity = 32 * mib;
   auto s = make("sim:capacity=8MiB,op_delay_us=20000", o);
   ASSERT_TRUE(s.manager);
   device& dev = s.alloc->dev();

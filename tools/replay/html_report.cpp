@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "option_list.hpp"
+#include "strata/option_table.hpp"
 #include "replay_report.hpp"
 
 namespace strata::replay {

@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "json_string.hpp"
-#include "option_list.hpp"
+#include "strata/json_string.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata::replay {
 

@@ -19,7 +19,7 @@ struct held {
 // One replay of `trace` up to `stop_after` ops on a fresh allocator.
 class run {
  public:
-  run(const alloc_trace& trace, caching_allocator& a) : trace_(trace), a_(a) {}
+  run(const alloc_trace& trace, allocator& a) : trace_(trace), a_(a) {}
 
   // Replays; `on_op` is called after each op with the count so far.
   template <class OnOp>
@@ -36,9 +36,13 @@ class run {
              trace_.failures[next_failure].before_op <= before;
            ++next_failure) {
         const recorded_failure& f = trace_.failures[next_failure];
-        auto m = a_.available_memory();  // asks without allocating
-        if (!m) return at_event(f.where, m.error());
-        failures.push_back({f, m->free, m->free >= f.size});
+        memory_info m{};
+        try {
+          m = a_.available_memory();  // asks without allocating
+        } catch (const error& e) {
+          return at_event(f.where, e.to_status());
+        }
+        failures.push_back({f, m.free, m.free >= f.size});
       }
       return {};
     };
@@ -88,7 +92,7 @@ class run {
     if (!stream) return stream.error();
     if (op.size == 0) return {};
     const auto t0 = std::chrono::steady_clock::now();
-    auto p = a_.malloc_async(op.size, *stream);
+    auto p = a_.try_malloc_async(op.size, *stream);
     const auto t1 = std::chrono::steady_clock::now();
     if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
     if (!p) {
@@ -110,7 +114,7 @@ class run {
   void release(std::unordered_map<std::uint64_t, held>::iterator it, bool timed) {
     auto stream = stream_of(it->second.block.stream);
     const auto t0 = std::chrono::steady_clock::now();
-    (void)a_.free_async(it->second.ptr, stream ? *stream : nullptr);
+    (void)a_.try_free_async(it->second.ptr, stream ? *stream : nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
     live_bytes -= it->second.block.size;
@@ -118,12 +122,12 @@ class run {
   }
 
   const alloc_trace& trace_;
-  caching_allocator& a_;
+  allocator& a_;
   std::unordered_map<std::uint64_t, void*> streams_;
 };
 
-result<std::unique_ptr<caching_allocator>> make_allocator(const replay_options& o,
-                                                          const alloc_trace& trace) {
+result<std::unique_ptr<allocator>> make_allocator(const replay_options& o,
+                                                  const alloc_trace& trace) {
   allocator_options defaults;
   defaults.device = o.device;
   defaults.log_ooms = false;  // the report lists every OOM
@@ -138,9 +142,11 @@ result<std::unique_ptr<caching_allocator>> make_allocator(const replay_options& 
     options->trace_buffer =
         std::min<std::uint64_t>(std::max(options->trace_buffer, 2 * calls), std::uint64_t{1} << 26);
   }
-  auto made = caching_allocator::create(*options);
-  if (!made) return status{made.code(), "--device: " + made.error().message()};
-  return made;
+  try {
+    return std::make_unique<allocator>(*options);
+  } catch (const error& e) {
+    return status{e.code(), "--device: " + e.message()};
+  }
 }
 
 double percentile(std::vector<std::uint32_t>& v, double q) {
@@ -174,7 +180,7 @@ class progress_bar {
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
   auto made = make_allocator(options, trace);
   if (!made) return made.error();
-  caching_allocator& a = **made;
+  allocator& a = **made;
   replay_result r;
   r.device = a.dev().name();
   r.granularity = a.dev().granularity();
@@ -186,7 +192,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   progress_bar bar(options.progress, n);
   std::uint64_t reserved_peak = 0;
   const auto sample = [&](std::size_t done) {
-    const allocator_stats s = a.stats();
+    const allocator_stats s = a.counters();
     const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[pool_all].current);
     if (reserved > reserved_peak) {
       reserved_peak = reserved;
@@ -203,7 +209,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   };
   if (auto s = first.go(n, true, sample); !s) return s;
   if (n == 0) sample(0);
-  const allocator_stats end = a.stats();
+  const allocator_stats end = a.counters();
   r.events = trace.seeds.size() + n;
   r.peak_allocated = static_cast<std::uint64_t>(end.allocated_bytes[pool_all].peak);
   r.peak_reserved = static_cast<std::uint64_t>(end.reserved_bytes[pool_all].peak);

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "alloc_trace.hpp"
-#include "caching_allocator.hpp"
+#include "strata/strata.hpp"
 
 namespace strata::replay {
 
@@ -87,7 +87,7 @@ struct replay_result {
   bool has_baseline = false;
   std::uint64_t baseline_peak_reserved = 0;
   std::vector<replay_sample> samples;  // at most ~2000, evenly spread
-  std::vector<caching_allocator::arena_pages> page_map_at_peak;
+  std::vector<arena_pages> page_map_at_peak;
   std::vector<live_block> largest_at_peak;  // up to ten
   std::string snapshot_pickle;              // with replay_options::snapshot
 };

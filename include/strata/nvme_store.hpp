@@ -25,8 +25,6 @@
 // one at a time (one ring, one mutex).
 #pragma once
 
-#include <liburing.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,29 +33,20 @@
 #include <unordered_map>
 #include <vector>
 
-#include "extent_space.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/error.hpp"
+#include "strata/export.hpp"
+#include "strata/extent_space.hpp"
+
+struct io_uring;  // liburing's ring; only nvme_store.cpp needs its layout
 
 namespace strata {
-
-/// Defaults: STRATA_CONF's (offload_options, docs/configuration.md).
-struct nvme_options {
-  /// Where the unnamed file lives.
-  std::string directory;
-  /// Bytes per request; a multiple of the logical block.
-  std::size_t block_size = offload_options{}.nvme_block_size;
-  /// Requests in flight, 1 to 4096.
-  unsigned queue_depth = offload_options{}.nvme_queue_depth;
-  /// Most bytes in the file; 0: until the disk is full.
-  std::uint64_t capacity = offload_options{}.nvme_capacity;
-};
 
 enum class io_kind : std::uint8_t { read, write };
 
 /// Sees every completed request before the store does. Tests use it to
 /// inject EIO, ENOSPC, short transfers and corrupted reads.
-class io_faults {
+class STRATA_API io_faults {
  public:
   io_faults() = default;
   io_faults(const io_faults&) = delete;
@@ -73,13 +62,15 @@ class io_faults {
                        int result) = 0;
 };
 
-class nvme_store {
+class STRATA_API nvme_store {
  public:
-  /// Opens the unnamed file in `options.directory` and the ring. Errors:
-  /// invalid_argument (bad options, no such directory, no O_DIRECT there,
-  /// e.g. tmpfs), io_error (the ring or the file could not be set up).
+  /// Opens the unnamed file in `options.nvme_dir` and the ring, sized by the
+  /// nvme_* options, which must be in their table ranges
+  /// (check_allocator_options). Errors: invalid_argument (no directory, no
+  /// such directory, no O_DIRECT there, e.g. tmpfs, a block size that is not
+  /// a multiple of its direct-I/O block), io_error (the ring or the file could not be set up).
   /// `faults`, if given, must outlive the store.
-  static result<std::unique_ptr<nvme_store>> open(const nvme_options& options,
+  static result<std::unique_ptr<nvme_store>> open(const offload_options& options,
                                                   io_faults* faults = nullptr);
   nvme_store(const nvme_store&) = delete;
   nvme_store& operator=(const nvme_store&) = delete;
@@ -135,7 +126,7 @@ class nvme_store {
     bool bounced;
   };
 
-  nvme_store(const nvme_options& options, int fd, bool tmpfile, std::size_t block,
+  nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
              io_faults* faults);
   // Moves [offset, offset + span) of the file to or from `user` in requests
   // of block_size, queue_depth at a time. `check` is called in order on
@@ -156,15 +147,14 @@ class nvme_store {
   unsigned char* bounce(std::size_t slot);
   status mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc, const char* what);
 
-  nvme_options options_;
+  offload_options options_;
   int fd_;
   bool tmpfile_;
   std::size_t block_;
   io_faults* faults_;
   std::mutex mu_;
-  io_uring ring_{};
-  bool ring_ready_ = false;
-  std::string ring_failure_;  // set when the ring itself failed: no more I/O
+  std::unique_ptr<io_uring> ring_;  // set once io_uring_queue_init succeeded
+  std::string ring_failure_;        // set when the ring itself failed: no more I/O
   extent_space space_;
   std::uint64_t allocated_ = 0;  // file bytes fallocate'd
   std::unordered_map<std::uint64_t, extent> extents_;

@@ -17,13 +17,16 @@
 //                                  pages are mapped and when stats are read
 // Cost: updates are a few integer operations, no allocation.
 //
-// Thread safety: none; the allocator serializes access.
+// Thread safety: a plain value; the allocator serializes its own copy and
+// hands callers a snapshot (strata::allocator::counters()).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+
+#include "strata/export.hpp"
 
 namespace strata {
 
@@ -75,7 +78,7 @@ struct stat_array {
   const stat& operator[](stat_pool p) const noexcept { return pools[p]; }
 };
 
-struct allocator_stats {
+struct STRATA_API allocator_stats {
   stat_array allocation;
   stat_array segment;
   stat_array active;

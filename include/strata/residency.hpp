@@ -23,7 +23,7 @@
 // allocator, so an allocation that would fail anywhere spills released
 // buffers first.
 //
-// Device memory comes from the caching allocator (device-wide malloc/free);
+// Device memory comes from a strata::allocator (device-wide malloc/free);
 // copies run on the manager's own two streams, one per direction, so a
 // spill does not queue behind fills. Spills wait for their copy. Fills
 // are stream-ordered: the host-to-device copy is queued with an event the
@@ -44,11 +44,16 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "caching_allocator.hpp"
-#include "nvme_store.hpp"
-#include "pinned_host_pool.hpp"
+#include "strata/allocator_options.hpp"
+#include "strata/device.hpp"
+#include "strata/error.hpp"
+#include "strata/strata.hpp"
 
 namespace strata {
+
+class io_faults;
+class nvme_store;
+class pinned_host_pool;
 
 enum class buffer_kind : std::uint8_t { parameter, gradient, optimizer_state, other };
 enum class residency_policy : std::uint8_t {
@@ -57,21 +62,16 @@ enum class residency_policy : std::uint8_t {
 };
 enum class tier : std::uint8_t { none, device, host, nvme };
 
-struct residency_options {
-  pinned_pool_options host;
-  nvme_options nvme;  ///< an empty directory: no NVMe tier
-  /// Read each spill to NVMe back and check it before freeing the host copy.
-  bool verify_nvme = offload_options{}.nvme_verify;
-  /// The options STRATA_CONF's offload keys give (docs/configuration.md).
-  static residency_options from(const offload_options& o);
-};
-
-class residency_manager {
+class STRATA_API residency_manager {
  public:
-  /// A manager over `device` (which must outlive it). Errors: those of the
-  /// host pool (not_supported when jemalloc cannot load) and the NVMe store.
-  static result<std::unique_ptr<residency_manager>> create(caching_allocator& device,
-                                                           const residency_options& options,
+  /// A manager over `alloc` (which must outlive it), its tiers set by the
+  /// offload options (STRATA_CONF's host_* and nvme_* keys; an empty
+  /// nvme_dir: no NVMe tier). Errors: invalid_argument for options outside
+  /// their ranges (check_allocator_options), those of the host pool
+  /// (not_supported when jemalloc cannot load) and of the NVMe store.
+  /// `nvme_faults` (tests) sees every NVMe request and must outlive it.
+  static result<std::unique_ptr<residency_manager>> create(allocator& alloc,
+                                                           const offload_options& options,
                                                            io_faults* nvme_faults = nullptr);
   residency_manager(const residency_manager&) = delete;
   residency_manager& operator=(const residency_manager&) = delete;
@@ -137,7 +137,7 @@ class residency_manager {
     bool has_fill_event = false;
   };
 
-  residency_manager(caching_allocator& device, std::unique_ptr<pinned_host_pool> host,
+  residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                     std::unique_ptr<nvme_store> nvme, bool verify_nvme);
   // A released device (or host) buffer to move down, or null.
   buffer* victim(tier from);
@@ -161,7 +161,7 @@ class residency_manager {
   void moved(buffer& b, tier to, std::uint64_t& count);
   std::uint64_t& tier_bytes(tier t);
 
-  caching_allocator& dev_;
+  allocator& alloc_;
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;

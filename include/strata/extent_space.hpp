@@ -15,9 +15,11 @@
 #include <map>
 #include <optional>
 
+#include "strata/export.hpp"
+
 namespace strata {
 
-class extent_space {
+class STRATA_API extent_space {
  public:
   /// `align` is the unit of every range (a power of two); `limit` the most
   /// bytes the file may hold (0: no limit).

@@ -7,10 +7,12 @@
 #include <string>
 #include <string_view>
 
+#include "strata/export.hpp"
+
 namespace strata {
 
 /// `s` as a JSON string literal, quotes included: `"` and `\` escaped,
 /// control characters as \u00XX. Other bytes pass through unchanged.
-[[nodiscard]] std::string json_string(std::string_view s);
+[[nodiscard]] STRATA_API std::string json_string(std::string_view s);
 
 }  // namespace strata
