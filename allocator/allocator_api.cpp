@@ -44,9 +44,8 @@ caching_allocator* allocator_access::impl(allocator& a) noexcept {
   return a.impl_.get();
 }
 
-caching_allocator& allocator::impl() const {
-  if (impl_ == nullptr) throw error({errc::invalid_argument, "allocator was moved from"});
-  return *impl_;
+void allocator::moved_from() {
+  throw error({errc::invalid_argument, "allocator was moved from"});
 }
 
 void* allocator::malloc(std::size_t bytes) {
@@ -60,18 +59,6 @@ void* allocator::malloc_async(std::size_t bytes, void* stream) {
 }
 void allocator::free_async(void* ptr, void* stream) {
   check(impl().free_async(ptr, stream));
-}
-result<void*> allocator::try_malloc(std::size_t bytes) {
-  return impl().malloc(bytes);
-}
-status allocator::try_free(void* ptr) {
-  return impl().free(ptr);
-}
-result<void*> allocator::try_malloc_async(std::size_t bytes, void* stream) {
-  return impl().malloc_async(bytes, stream);
-}
-status allocator::try_free_async(void* ptr, void* stream) {
-  return impl().free_async(ptr, stream);
 }
 void allocator::record_stream(void* ptr, void* stream) {
   check(impl().record_stream(ptr, stream));

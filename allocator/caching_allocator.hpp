@@ -182,6 +182,13 @@ class caching_allocator {
   caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
                     std::size_t total);
 
+  // fast_path.cpp: the bodies of malloc_async and free_async, inlined there
+  // into them and into strata::allocator's entry points (a friend), so the
+  // public API adds no call to the fast path.
+  friend class allocator;
+  [[gnu::always_inline]] inline result<void*> allocate_fast(std::size_t bytes, void* stream);
+  [[gnu::always_inline]] inline status free_fast(void* ptr, void* stream);
+
   // Larger requests fail as out of memory before any rounding can overflow.
   static constexpr std::size_t max_request = std::size_t{1} << 60;
 

@@ -12,11 +12,7 @@ namespace strata {
 
 using slot_state = thread_cache::large_slot;
 
-result<void*> caching_allocator::malloc(std::size_t bytes) {
-  return malloc_async(bytes, nullptr);
-}
-
-result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
+[[gnu::always_inline]] inline result<void*> caching_allocator::allocate_fast(std::size_t bytes, void* stream) {
   thread_cache& tc = thread_cache::current();
   if (tc.bound_to(serial_, stream)) {
     if (bytes - 1 < classes_.slab_limit()) {  // 1..slab_limit; 0 wraps around
@@ -44,7 +40,7 @@ result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
   return allocate_or_relieve(tc, bytes, stream);
 }
 
-status caching_allocator::free_async(void* ptr, void* stream) {
+[[gnu::always_inline]] inline status caching_allocator::free_fast(void* ptr, void* stream) {
   if (ptr == nullptr) return {};
   thread_cache& tc = thread_cache::current();
   if (tc.bound_to(serial_, stream)) {
@@ -73,6 +69,31 @@ status caching_allocator::free_async(void* ptr, void* stream) {
   }
   std::lock_guard lock(mu_);
   return free_async_locked(ptr, stream);
+}
+
+result<void*> caching_allocator::malloc(std::size_t bytes) {
+  return allocate_fast(bytes, nullptr);
+}
+result<void*> caching_allocator::malloc_async(std::size_t bytes, void* stream) {
+  return allocate_fast(bytes, stream);
+}
+status caching_allocator::free_async(void* ptr, void* stream) {
+  return free_fast(ptr, stream);
+}
+
+// strata::allocator's entry points (strata.hpp) live here, with the fast
+// path inlined into them.
+result<void*> allocator::try_malloc(std::size_t bytes) {
+  return impl().allocate_fast(bytes, nullptr);
+}
+status allocator::try_free(void* ptr) {
+  return impl().free(ptr);
+}
+result<void*> allocator::try_malloc_async(std::size_t bytes, void* stream) {
+  return impl().allocate_fast(bytes, stream);
+}
+status allocator::try_free_async(void* ptr, void* stream) {
+  return impl().free_fast(ptr, stream);
 }
 
 void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter c,

@@ -137,7 +137,13 @@ class STRATA_API allocator {
  private:
   friend struct allocator_access;  // the C API reaches the implementation
   allocator() = default;
-  [[nodiscard]] caching_allocator& impl() const;
+  // Inline: the alloc/free fast path pays one branch for it.
+  [[nodiscard]] caching_allocator& impl() const {
+    if (impl_ == nullptr) [[unlikely]]
+      moved_from();
+    return *impl_;
+  }
+  [[noreturn]] static void moved_from();
   std::unique_ptr<caching_allocator> impl_;
 };
 
