@@ -56,8 +56,8 @@
 #include "spin_mutex.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/allocator_stats.hpp"
-#include "strata/strata.hpp"
 #include "strata/device.hpp"
+#include "strata/strata.hpp"
 #include "stream_arena.hpp"
 #include "thread_cache.hpp"
 
@@ -205,15 +205,10 @@ class caching_allocator {
   [[nodiscard]] std::size_t pages_needed(std::size_t bytes) const;
 
   // fast_path.cpp: the thread-cache paths and their bookkeeping.
-  // Counts a block lent (c = large_out) or taken back (c = large_in) by
-  // `tc`'s slot, in the counters of the block's stats pool.
-  void count_slot(thread_cache& tc, thread_cache::counter c, std::size_t requested) const;
-  // The slot counter `c` (a large_* counter) for a block of `size` bytes.
-  [[nodiscard]] thread_cache::counter slot_counter(thread_cache::counter c,
-                                                   std::size_t size) const noexcept {
-    constexpr int to_small_pool = thread_cache::small_pool_out - thread_cache::large_out;
-    return size <= options_.small_size ? static_cast<thread_cache::counter>(c + to_small_pool) : c;
-  }
+  // Counts the block in `tc`'s slot lent (out) or taken back (in), in the
+  // counters of its stats pool; `sign` -1 takes a count back.
+  void count_slot(thread_cache& tc, thread_cache::direction d, std::size_t requested,
+                  std::int64_t sign = 1) const;
   // Parks a block freed on its own stream in the calling thread's empty
   // slot (bound to `native`); false if it does not qualify.
   bool park(const located& where, void* native);

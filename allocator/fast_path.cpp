@@ -12,14 +12,15 @@ namespace strata {
 
 using slot_state = thread_cache::large_slot;
 
-[[gnu::always_inline]] inline result<void*> caching_allocator::allocate_fast(std::size_t bytes, void* stream) {
+[[gnu::always_inline]] inline result<void*> caching_allocator::allocate_fast(std::size_t bytes,
+                                                                             void* stream) {
   thread_cache& tc = thread_cache::current();
   if (tc.bound_to(serial_, stream)) {
     if (bytes - 1 < classes_.slab_limit()) {  // 1..slab_limit; 0 wraps around
       // Fast path: one bin pop, no lock, no system call, no allocation.
       if (const thread_cache::entry* e = tc.pop(size_classes::class_of(bytes))) {
         e->s->hand_out(e->index, bytes);
-        tc.count(thread_cache::alloc_req, static_cast<std::int64_t>(bytes));
+        tc.count_bins(thread_cache::direction::out, static_cast<std::int64_t>(bytes));
         return reinterpret_cast<void*>(e->addr);
       }
     } else if (bytes > classes_.slab_limit() && bytes <= max_request) {
@@ -28,7 +29,7 @@ using slot_state = thread_cache::large_slot;
       if (ls.load() == slot_state::parked && ls.size == size_classes::round(bytes)) {
         ls.requested.store(bytes, std::memory_order_relaxed);
         if (ls.take(slot_state::parked, slot_state::lent)) {
-          count_slot(tc, thread_cache::large_out, bytes);
+          count_slot(tc, thread_cache::direction::out, bytes);
           return reinterpret_cast<void*>(ls.addr);
         }
       }
@@ -49,7 +50,7 @@ using slot_state = thread_cache::large_slot;
     thread_cache::large_slot& ls = tc.slot();
     if (ls.addr == p && ls.load() == slot_state::lent &&
         ls.take(slot_state::lent, slot_state::parked)) {
-      count_slot(tc, thread_cache::large_in, ls.requested.load(std::memory_order_relaxed));
+      count_slot(tc, thread_cache::direction::in, ls.requested.load(std::memory_order_relaxed));
       return {};
     }
     // Fast path: a live small object of this stream's arena with no
@@ -59,7 +60,7 @@ using slot_state = thread_cache::large_slot;
     if (i >= 0 && !recorded_any_.load(std::memory_order_relaxed)) {
       const auto index = static_cast<std::uint32_t>(i);
       if (s->state(index) == object_state::live && tc.push(s->size_class, {p, s, index})) {
-        tc.count(thread_cache::free_req, static_cast<std::int64_t>(s->requested(index)));
+        tc.count_bins(thread_cache::direction::in, static_cast<std::int64_t>(s->requested(index)));
         s->set_state(index, object_state::cached);
         return {};
       }
@@ -96,15 +97,11 @@ status allocator::try_free_async(void* ptr, void* stream) {
   return impl().free_fast(ptr, stream);
 }
 
-void caching_allocator::count_slot(thread_cache& tc, thread_cache::counter c,
-                                   std::size_t requested) const {
-  // first is the slot counter of the block's pool; the bytes and requested
-  // counters follow two and four places later.
-  const auto size = static_cast<std::int64_t>(tc.slot().size);
-  const thread_cache::counter first = slot_counter(c, tc.slot().size);
-  tc.count(first, 1);
-  tc.count(static_cast<thread_cache::counter>(first + 2), size);
-  tc.count(static_cast<thread_cache::counter>(first + 4), static_cast<std::int64_t>(requested));
+void caching_allocator::count_slot(thread_cache& tc, thread_cache::direction d,
+                                   std::size_t requested, std::int64_t sign) const {
+  const std::size_t size = tc.slot().size;
+  tc.count_slot(size <= options_.small_size, d, sign, sign * static_cast<std::int64_t>(size),
+                sign * static_cast<std::int64_t>(requested));
 }
 
 bool caching_allocator::park(const located& where, void* native) {
@@ -121,7 +118,7 @@ bool caching_allocator::park(const located& where, void* native) {
   ls.size = b.size;
   ls.requested.store(b.requested, std::memory_order_relaxed);
   b.holder = &tc;
-  count_slot(tc, thread_cache::large_in, b.requested);
+  count_slot(tc, thread_cache::direction::in, b.requested);
   ls.state.store(slot_state::parked, std::memory_order_release);
   return true;
 }
@@ -195,8 +192,8 @@ void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cac
     alloc_bytes += tc.parked_out(c) * size;
     free_bytes += tc.parked_in(c) * size;
   }
-  const std::int64_t alloc_req = tc.read(thread_cache::alloc_req);
-  const std::int64_t free_req = tc.read(thread_cache::free_req);
+  const std::int64_t alloc_req = tc.bins_requested(thread_cache::direction::out);
+  const std::int64_t free_req = tc.bins_requested(thread_cache::direction::in);
   const auto fold = [](stat_array& a, std::int64_t in, std::int64_t out) {
     for (auto p : {pool_all, pool_small}) a[p].fold(in - out, in, out);
   };
@@ -207,21 +204,21 @@ void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cac
   fold(s.allocated_bytes, alloc_bytes, free_bytes);
   fold(s.active_bytes, alloc_bytes, free_bytes);
   fold(s.requested_bytes, alloc_req, free_req);
-  // The slot's traffic, per stats pool: the large_* counters and, six places
-  // on, the small_pool_* ones.
+  // The slot's traffic, per stats pool.
+  using counter = std::atomic<std::int64_t> thread_cache::slot_traffic::*;
   for (const stat_pool pool : {pool_large, pool_small}) {
-    const int shift =
-        pool == pool_small ? thread_cache::small_pool_out - thread_cache::large_out : 0;
-    const auto fold_slot = [&](stat_array& a, thread_cache::counter out, thread_cache::counter in) {
-      const std::int64_t o = tc.read(static_cast<thread_cache::counter>(out + shift));
-      const std::int64_t i = tc.read(static_cast<thread_cache::counter>(in + shift));
+    const auto& out = tc.slot_counts(pool == pool_small, thread_cache::direction::out);
+    const auto& in = tc.slot_counts(pool == pool_small, thread_cache::direction::in);
+    const auto fold_slot = [&](stat_array& a, counter c) {
+      const std::int64_t o = (out.*c).load(std::memory_order_relaxed);
+      const std::int64_t i = (in.*c).load(std::memory_order_relaxed);
       for (auto p : {pool_all, pool}) a[p].fold(o - i, o, i);
     };
-    fold_slot(s.allocation, thread_cache::large_out, thread_cache::large_in);
-    fold_slot(s.active, thread_cache::large_out, thread_cache::large_in);
-    fold_slot(s.allocated_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
-    fold_slot(s.active_bytes, thread_cache::large_out_bytes, thread_cache::large_in_bytes);
-    fold_slot(s.requested_bytes, thread_cache::large_out_req, thread_cache::large_in_req);
+    fold_slot(s.allocation, &thread_cache::slot_traffic::blocks);
+    fold_slot(s.active, &thread_cache::slot_traffic::blocks);
+    fold_slot(s.allocated_bytes, &thread_cache::slot_traffic::bytes);
+    fold_slot(s.active_bytes, &thread_cache::slot_traffic::bytes);
+    fold_slot(s.requested_bytes, &thread_cache::slot_traffic::requested);
   }
 }
 

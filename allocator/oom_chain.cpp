@@ -32,11 +32,7 @@ void caching_allocator::unpark(thread_cache& tc) {
   // Move the user's last free of the block from the cache's counters to the
   // shared stats, and the block back to its arena, as if never parked.
   const std::size_t requested = ls.requested.load(std::memory_order_relaxed);
-  tc.count(slot_counter(thread_cache::large_in, ls.size), -1);
-  tc.count(slot_counter(thread_cache::large_in_bytes, ls.size),
-           -static_cast<std::int64_t>(ls.size));
-  tc.count(slot_counter(thread_cache::large_in_req, ls.size),
-           -static_cast<std::int64_t>(requested));
+  count_slot(tc, thread_cache::direction::in, requested, -1);
   stream_state& st = *streams_.find(tc.stream())->second;
   located where;
   where.owner = &st;

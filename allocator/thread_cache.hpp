@@ -59,23 +59,15 @@ class thread_cache {
     slab* s;
     std::uint32_t index;
   };
-  enum counter : std::uint8_t {
-    alloc_req,  // small: requested bytes allocated from / freed into the bins
-    free_req,
-    large_out,  // large slot: blocks, bytes and requested bytes out and in
-    large_in,   // (counted in the large_pool stats)
-    large_out_bytes,
-    large_in_bytes,
-    large_out_req,
-    large_in_req,
-    small_pool_out,  // the same for slot blocks above the slab limit but
-    small_pool_in,   // within small_size (counted in the small_pool stats)
-    small_pool_out_bytes,
-    small_pool_in_bytes,
-    small_pool_out_req,
-    small_pool_in_req,
-    counter_count
+  /// One direction of the slot's traffic: blocks, their (rounded) bytes and
+  /// the callers' requested bytes.
+  struct slot_traffic {
+    std::atomic<std::int64_t> blocks{0};
+    std::atomic<std::int64_t> bytes{0};
+    std::atomic<std::int64_t> requested{0};
   };
+  /// `out`: lent to callers; `in`: freed back into the slot.
+  enum class direction : std::uint8_t { out, in };
 
   /// The large-block slot (see above). `addr` and `size` are written by the
   /// owner thread under the allocator's mutex while the slot is empty, and
@@ -149,11 +141,27 @@ class thread_cache {
   [[nodiscard]] std::int64_t parked_out(std::size_t cls) const noexcept {
     return bins_[cls].out.load(std::memory_order_relaxed);
   }
-  void count(counter c, std::int64_t v) noexcept { add(counters_[c], v); }
-  [[nodiscard]] large_slot& slot() noexcept { return slot_; }
-  [[nodiscard]] std::int64_t read(counter c) const noexcept {
-    return counters_[c].load(std::memory_order_relaxed);
+  /// Counts requested bytes allocated from (`out`) or freed into (`in`) the bins.
+  void count_bins(direction d, std::int64_t requested) noexcept {
+    add(d == direction::out ? bin_requested_out_ : bin_requested_in_, requested);
   }
+  [[nodiscard]] std::int64_t bins_requested(direction d) const noexcept {
+    return (d == direction::out ? bin_requested_out_ : bin_requested_in_)
+        .load(std::memory_order_relaxed);
+  }
+  /// Counts slot traffic in the large_pool stats, or in the small_pool ones
+  /// for blocks above the slab limit but within small_size (`small_pool`).
+  void count_slot(bool small_pool, direction d, std::int64_t blocks, std::int64_t bytes,
+                  std::int64_t requested) noexcept {
+    slot_traffic& t = slot_traffic_[small_pool ? 1 : 0][d == direction::out ? 0 : 1];
+    add(t.blocks, blocks);
+    add(t.bytes, bytes);
+    add(t.requested, requested);
+  }
+  [[nodiscard]] const slot_traffic& slot_counts(bool small_pool, direction d) const noexcept {
+    return slot_traffic_[small_pool ? 1 : 0][d == direction::out ? 0 : 1];
+  }
+  [[nodiscard]] large_slot& slot() noexcept { return slot_; }
 
   // Used by caching_allocator under its mutex.
   void bind(caching_allocator* a, std::uint64_t serial, void* stream, stream_arena* arena,
@@ -168,7 +176,13 @@ class thread_cache {
     }
   }
   void reset_counters() noexcept {
-    for (auto& c : counters_) c.store(0, std::memory_order_relaxed);
+    bin_requested_out_.store(0, std::memory_order_relaxed);
+    bin_requested_in_.store(0, std::memory_order_relaxed);
+    for (auto& pool : slot_traffic_) {
+      for (slot_traffic& t : pool) {
+        for (auto* c : {&t.blocks, &t.bytes, &t.requested}) c->store(0, std::memory_order_relaxed);
+      }
+    }
     for (auto& b : bins_) {
       b.in.store(0, std::memory_order_relaxed);
       b.out.store(0, std::memory_order_relaxed);
@@ -217,7 +231,10 @@ class thread_cache {
   const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
   std::uint64_t deaths_at_bind_ = 0;
-  std::array<std::atomic<std::int64_t>, counter_count> counters_{};
+  std::atomic<std::int64_t> bin_requested_out_{0};
+  std::atomic<std::int64_t> bin_requested_in_{0};
+  // [large_pool, small_pool][out, in]
+  std::array<std::array<slot_traffic, 2>, 2> slot_traffic_{};
   large_slot slot_;
   std::array<bin, size_classes::max_classes> bins_{};
 };
