@@ -17,12 +17,14 @@
 #include <span>
 #include <vector>
 
+#include "strata/allocator_options.hpp"
+
 namespace strata {
 
 class frame_capture {
  public:
-  /// Most frames per event (trace_frames' upper bound).
-  static constexpr std::size_t max_frames = 32;
+  /// Most frames per event: trace_frames' upper bound in the options table.
+  static constexpr std::size_t max_frames = max_trace_frames;
 
   /// `frames` per event (0: off) for `slots` events.
   frame_capture(std::size_t frames, std::size_t slots);

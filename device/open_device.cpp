@@ -1,10 +1,10 @@
 // `open_device`: turns a spec string into a device.
 #include <string>
 
-#include "strata/option_table.hpp"
 #include "sim_config.hpp"
 #include "sim_device.hpp"
 #include "strata/device.hpp"
+#include "strata/option_table.hpp"
 #if STRATA_HAVE_CUDA
 #include "cuda_device.hpp"
 #endif

@@ -124,6 +124,7 @@ status set_option(const option_rule& r, std::string_view value, option_field fie
       auto v = parse_number(r.name, value);
       if (!v) return bad(r, value);
       double parsed = *v;
+      // NOLINTNEXTLINE(clang-analyzer-cplusplus.NewDeleteLeaks): false positive on status
       if (auto s = check_value(r, &parsed, value); !s) return s;
       *std::get<double*>(field) = parsed;
       return {};
@@ -161,6 +162,7 @@ std::string option_text(const option_rule& r, option_field field) {
 }
 
 status check_option(const option_rule& r, option_field field) {
+  // NOLINTNEXTLINE(clang-analyzer-cplusplus.NewDeleteLeaks): false positive on status
   return check_value(r, field, option_text(r, field));
 }
 

@@ -25,8 +25,8 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "strata/extent_space.hpp"
 #include "strata/device.hpp"
+#include "strata/extent_space.hpp"
 
 namespace strata {
 

@@ -43,9 +43,8 @@ result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(device& dev,
   return pool;
 }
 
-pinned_host_pool::pinned_host_pool(device& dev, const offload_options& options,
-                                   const jemalloc_library& je)
-    : dev_(dev), options_(options), je_(je), large_(dev) {
+pinned_host_pool::pinned_host_pool(device& dev, offload_options options, const jemalloc_library& je)
+    : dev_(dev), options_(std::move(options)), je_(je), large_(dev) {
   hooked_.hooks = {hook_alloc,   hook_dalloc,  hook_destroy, hook_commit, hook_decline,
                    hook_decline, hook_decline, hook_split,   hook_merge};
   hooked_.pool = this;

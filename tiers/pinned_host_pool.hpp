@@ -97,7 +97,7 @@ class pinned_host_pool {
     pinned_host_pool* pool;
   };
 
-  pinned_host_pool(device& dev, const offload_options& options, const jemalloc_library& je);
+  pinned_host_pool(device& dev, offload_options options, const jemalloc_library& je);
   void* carve(std::size_t size, std::size_t alignment);
   // jemalloc's metadata blocks (alignment >= metadata_alignment), mmap'ed.
   void* metadata(std::size_t size, std::size_t alignment);

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "strata/option_table.hpp"
 #include "strata/device.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata {
 

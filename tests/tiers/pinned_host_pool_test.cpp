@@ -25,7 +25,7 @@ std::unique_ptr<device> sim() {
   return d ? std::move(*d) : nullptr;
 }
 
-std::unique_ptr<pinned_host_pool> make_pool(device& dev, offload_options o = {}) {
+std::unique_ptr<pinned_host_pool> make_pool(device& dev, const offload_options& o = {}) {
   auto p = pinned_host_pool::create(dev, o);
   EXPECT_TRUE(p.ok()) << p.error().to_string();
   return p ? std::move(*p) : nullptr;

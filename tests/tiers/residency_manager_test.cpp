@@ -140,6 +140,15 @@ TEST(Residency, ErrorsAreClear) {
   for (std::size_t k = 0; k < md.handles.size() && last.ok(); ++k) last = md.use(k, {}, true);
   ASSERT_FALSE(last.ok()) << "26 MiB fit in 16 MiB of device and 8 of host";
   EXPECT_EQ(last.code(), errc::out_of_memory);
+  // Options out of their ranges are refused before any tier is made, naming the key.
+  for (const offload_options& bad :
+       {offload_options{.nvme_queue_depth = 0}, offload_options{.host_chunk = 0},
+        offload_options{.host_kept = 2}}) {
+    auto m = residency_manager::create(*s.alloc, bad);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.code(), errc::invalid_argument);
+    EXPECT_NE(m.error().message().find("bad value"), std::string::npos) << m.error().message();
+  }
 }
 
 TEST(Residency, PinnedBuffersStayAndTheOracleChoosesVictims) {

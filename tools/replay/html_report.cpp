@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "strata/option_table.hpp"
 #include "replay_report.hpp"
+#include "strata/option_table.hpp"
 
 namespace strata::replay {
 
