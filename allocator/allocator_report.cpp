@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "caching_allocator.hpp"
@@ -113,11 +114,11 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
 std::string caching_allocator::snapshot_json() {
   std::lock_guard lock(mu_);
   std::ostringstream o;
-  o << "{\"device\":" << json_string(dev_->name()) << ",\"granularity\":" << granularity_
-    << ",\"limit_bytes\":" << limit_ << ",\"held_pages\":" << held_pages_
-    << ",\"idle_pool_pages\":" << idle_pages_.size() << ",\"arenas\":[";
+  o << "{\"device\":" << json_string(dev_->name()) << ",\"granularity\":" << pages_.granularity()
+    << ",\"limit_bytes\":" << pages_.limit() << ",\"held_pages\":" << pages_.held_pages()
+    << ",\"idle_pool_pages\":" << pages_.pool_pages() << ",\"arenas\":[";
   bool first_arena = true;
-  for (stream_arena* arena : arenas_) {
+  for (stream_arena* arena : streams_.arenas()) {
     stream_arena& a = *arena;
     o << (first_arena ? "" : ",") << R"({"stream":)"
       << hex(reinterpret_cast<std::uintptr_t>(a.stream().native)) << R"(,"pool":")"
@@ -169,10 +170,10 @@ std::string caching_allocator::snapshot_json() {
 std::vector<arena_pages> caching_allocator::page_map() {
   std::lock_guard lock(mu_);
   std::vector<arena_pages> out;
-  for (std::size_t k = 0; k < arenas_.size(); ++k) {
-    stream_arena& a = *arenas_[k];
+  for (std::size_t k = 0; k < streams_.arenas().size(); ++k) {
+    stream_arena& a = *streams_.arenas()[k];
     arena_pages m;
-    m.stream = reinterpret_cast<std::uintptr_t>(owners_[k]->stream.native);
+    m.stream = reinterpret_cast<std::uintptr_t>(streams_.owner(k).stream.native);
     m.small = a.kind() == pool_kind::small;
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();
          i = a.next_mapped(i + 1, a.page_count())) {
@@ -195,7 +196,7 @@ std::vector<arena_pages> caching_allocator::page_map() {
 bool caching_allocator::owns(const void* ptr) {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
   std::lock_guard lock(mu_);
-  return std::any_of(arenas_.begin(), arenas_.end(),
+  return std::any_of(streams_.arenas().begin(), streams_.arenas().end(),
                      [p](const stream_arena* a) { return a->contains(p); });
 }
 
@@ -207,8 +208,78 @@ result<memory_info> caching_allocator::available_memory() {
   const auto reserved = static_cast<std::size_t>(view.reserved_bytes[pool_all].current);
   const auto allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
   const std::size_t cached = reserved > allocated ? reserved - allocated : 0;
-  const std::size_t within_limit = limit_ > allocated ? limit_ - allocated : 0;
+  const std::size_t within_limit = pages_.limit() > allocated ? pages_.limit() - allocated : 0;
   return memory_info{device->total, std::min(device->free + cached, within_limit)};
+}
+
+std::size_t caching_allocator::backing_bytes(std::size_t bytes) const {
+  if (bytes > max_request) return bytes;
+  const std::size_t size = bytes <= classes_.slab_limit()
+                               ? classes_.slab_bytes(size_classes::class_of(bytes))
+                               : size_classes::round(bytes);
+  return (size + pages_.granularity() - 1) / pages_.granularity() * pages_.granularity();
+}
+
+oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle stream) {
+  oom_report r;
+  r.requested = bytes;
+  r.needed = backing_bytes(bytes);
+  r.stream = reinterpret_cast<std::uintptr_t>(stream.native);
+  r.capacity = total_;
+  r.limit = pages_.limit();
+  r.memory_fraction = options_.memory_fraction;
+  if (auto info = dev_->get_memory_info()) {
+    r.device_free = info->free;
+    r.device_free_known = true;
+  }
+  const allocator_stats view = current_stats();
+  r.allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
+  r.reserved = pages_.held_pages() * pages_.granularity();
+  r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
+  std::size_t may_create = pages_.limit() > r.reserved ? pages_.limit() - r.reserved : 0;
+  if (r.device_free_known) may_create = std::min(may_create, r.device_free);
+  r.idle = pages_.pool_pages() * pages_.granularity();
+  r.obtainable = r.idle + may_create;
+
+  std::vector<oom_report::live_block> live;
+  for (std::size_t k = 0; k < streams_.arenas().size(); ++k) {
+    stream_arena& a = *streams_.arenas()[k];
+    const auto native = reinterpret_cast<std::uintptr_t>(streams_.owner(k).stream.native);
+    for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
+      const block_info& b = it->second;
+      if (b.state == block_state::free) {
+        if (b.mapped) r.largest_free_range = std::max(r.largest_free_range, b.size);
+      } else if (b.state == block_state::allocated && a.kind() == pool_kind::large) {
+        live.push_back({it->first, b.size, native});
+      }
+    }
+  }
+  const std::size_t top = std::min<std::size_t>(live.size(), 10);
+  std::partial_sort(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(top), live.end(),
+                    [](const auto& x, const auto& y) { return x.size > y.size; });
+  live.resize(top);
+  r.largest_live = std::move(live);
+
+  std::map<std::uintptr_t, std::size_t> pending_by_stream;
+  const auto add_pending = [&](const pending_free& p) {
+    std::size_t size = 0;
+    if (p.arena->kind() == pool_kind::small) {
+      size = p.arena->slab_of(p.addr)->object_size;
+    } else if (auto it = p.arena->blocks().find_in_use(p.addr); it != p.arena->blocks().end()) {
+      size = it->second.size;
+    }
+    r.pending_bytes += size;
+    pending_by_stream[reinterpret_cast<std::uintptr_t>(p.owner->stream.native)] += size;
+  };
+  frees_.for_each(add_pending);
+  for (const auto& [native, size] : pending_by_stream) {
+    if (size > r.pending_on_stream) {
+      r.pending_on_stream = size;
+      r.pending_stream = native;
+    }
+  }
+  r.decide();
+  return r;
 }
 
 }  // namespace strata

@@ -9,14 +9,6 @@
 
 namespace strata {
 
-namespace {
-
-stat_pool pool_of(pool_kind k) {
-  return k == pool_kind::small ? pool_small : pool_large;
-}
-
-}  // namespace
-
 result<std::unique_ptr<caching_allocator>> caching_allocator::create(
     const allocator_options& options) {
   if (auto s = check_allocator_options(options); !s) return s;
@@ -39,104 +31,52 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
                                      std::size_t total)
     : dev_(std::move(dev)),
       options_(options),
-      granularity_(dev_->granularity()),
       total_(total),
-      limit_(static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
-      arena_bytes_(std::max<std::size_t>(2 * ((total + granularity_ - 1) / granularity_), 64) *
-                   granularity_),
-      classes_(options.small_size & ~std::size_t{511}, granularity_),
+      classes_(options.small_size & ~std::size_t{511}, dev_->granularity()),
       events_(*dev_),
       trace_(static_cast<std::size_t>(options.trace_buffer),
              static_cast<std::size_t>(options.trace_frames)),
-      serial_(thread_cache::register_allocator()) {
+      // Twice the device's pages of address space per arena (at least 64).
+      streams_(
+          *dev_, events_,
+          std::max<std::size_t>(2 * ((total + dev_->granularity() - 1) / dev_->granularity()), 64) *
+              dev_->granularity(),
+          dev_->granularity()),
+      pages_(*dev_, events_, streams_, stats_, trace_,
+             static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
+      frees_(*dev_, events_, stats_),
+      caches_(classes_, options.small_size & ~std::uint64_t{511}) {
   // A multiple of 512, so a request and its rounded block fall in the same
   // stats pool.
   options_.small_size &= ~std::uint64_t{511};
 }
 
 caching_allocator::~caching_allocator() {
-  // From here on no thread cache touches this allocator; their parked
-  // objects simply go back with it.
-  thread_cache::unregister_allocator(serial_);
+  // The parts release what they hold once no stream has work queued; the
+  // thread-cache binding goes first (declared last), then the queue's
+  // events, the pool's pages, the arenas.
   (void)dev_->synchronize();
-  for (auto& p : pending_) {
-    for (auto e : p.events) events_.put(e);
-  }
-  for (auto& b : sealed_batches_) {
-    for (auto e : b.events) events_.put(e);
-  }
-  for (auto& [native, st] : streams_) {
-    for (stream_arena* a : {st->small.get(), st->large.get()}) {
-      for (std::size_t i = a->next_mapped(0, a->page_count()); i < a->page_count();
-           i = a->next_mapped(i + 1, a->page_count())) {
-        const page_run run = a->page(i);
-        (void)dev_->unmap(a->page_addr(i), granularity_);
-        (void)dev_->release_pages(run);
-      }
-      // In a small arena every block in use is a slab.
-      for (auto it = a->blocks().begin(); a->kind() == pool_kind::small && it != a->blocks().end();
-           ++it) {
-        if (it->second.state != block_state::free) {
-          delete a->slab_of(
-              it->first);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
-        }
-      }
-      a->drop_events(events_);
-      (void)dev_->free_reservation(a->base(), a->bytes());
-    }
-  }
-  for (auto run : idle_pages_) (void)dev_->release_pages(run);
 }
 
-result<caching_allocator::stream_state*> caching_allocator::state_for(void* native) {
-  if (native == last_native_ && last_state_ != nullptr) return last_state_;
-  auto it = streams_.find(native);
-  if (it == streams_.end()) {
-    auto stream = dev_->wrap_stream(native);
-    if (!stream) return stream.error();
-    auto small_base = dev_->reserve(arena_bytes_);
-    if (!small_base) return small_base.error();
-    auto large_base = dev_->reserve(arena_bytes_);
-    if (!large_base) {
-      (void)dev_->free_reservation(*small_base, arena_bytes_);
-      return large_base.error();
-    }
-    auto st = std::make_unique<stream_state>();
-    st->stream = *stream;
-    try {
-      st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base,
-                                                 arena_bytes_, granularity_);
-      st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base,
-                                                 arena_bytes_, granularity_);
-    } catch (const std::bad_alloc&) {
-      (void)dev_->free_reservation(*small_base, arena_bytes_);
-      (void)dev_->free_reservation(*large_base, arena_bytes_);
-      return status{errc::out_of_memory, "host out of memory for a new stream's arenas"};
-    }
-    arenas_.push_back(st->small.get());
-    arenas_.push_back(st->large.get());
-    owners_.push_back(st.get());
-    owners_.push_back(st.get());
-    note_stream(*stream);
-    it = streams_.emplace(native, std::move(st)).first;
-  }
-  last_native_ = native;
-  last_state_ = it->second.get();
-  return last_state_;
+result<stream_state*> caching_allocator::state_for(void* native) {
+  bool made = false;
+  auto st = streams_.get(native, made);
+  if (st && made) frees_.note_stream((*st)->stream);
+  return st;
 }
 
-result<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
+attempt<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
   if (bytes == 0) return static_cast<void*>(nullptr);
   auto st = state_for(native);
   if (!st) return st.error();
-  if (bytes > max_request) return out_of_memory(bytes, (*st)->stream);
+  if (bytes > max_request) return attempt<void*>(build_oom_report(bytes, (*st)->stream));
   return bytes <= classes_.slab_limit() ? allocate_small(**st, bytes) : allocate_large(**st, bytes);
 }
 
-result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t bytes) {
+attempt<void*> caching_allocator::allocate_small(stream_state& st, std::size_t bytes) {
   const std::uint32_t cls = size_classes::class_of(bytes);
   if (st.partial[cls].head == nullptr) {
-    if (auto s = new_slab(st, cls); !s) return s;
+    if (auto made = new_slab(st, cls); !made) return made;
   }
   slab& s = *st.partial[cls].head;
   if (s.empty()) --st.empty_slabs[cls];
@@ -152,10 +92,10 @@ result<void*> caching_allocator::allocate_small(stream_state& st, std::size_t by
   return reinterpret_cast<void*>(p);
 }
 
-result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
+attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
   const std::size_t size = size_classes::round(bytes);
   auto it = place(st, *st.large, size, bytes);
-  if (!it) return it.error();
+  if (!it) return it;
   const stat_pool pool = bytes <= options_.small_size ? pool_small : pool_large;
   stats_.allocation.add(pool, 1);
   stats_.active.add(pool, 1);
@@ -166,21 +106,21 @@ result<void*> caching_allocator::allocate_large(stream_state& st, std::size_t by
   return reinterpret_cast<void*>((*it)->first);
 }
 
-status caching_allocator::new_slab(stream_state& st, std::uint32_t cls) {
+attempt<slab*> caching_allocator::new_slab(stream_state& st, std::uint32_t cls) {
   stream_arena& arena = *st.small;
   const std::size_t bytes = classes_.slab_bytes(cls);
   auto it = place(st, arena, bytes, classes_.class_size(cls));
-  if (!it) return it.error();
+  if (!it) return it;
   const std::uintptr_t base = (*it)->first;
   auto* s = new slab(base, cls, classes_.class_size(cls), bytes);  // NOLINT
   arena.set_slab(base, bytes, s);
   link_slab(st, *s);
   ++st.empty_slabs[cls];
-  return {};
+  return s;
 }
 
-result<block_map::iterator> caching_allocator::place(stream_state& st, stream_arena& arena,
-                                                     std::size_t size, std::size_t requested) {
+attempt<block_map::iterator> caching_allocator::place(stream_state& st, stream_arena& arena,
+                                                      std::size_t size, std::size_t requested) {
   bool may_grow = !options_.wait_before_grow;
   for (int round = 0; round < 16; ++round) {
     auto it = arena.blocks().first_fit(size);
@@ -188,14 +128,14 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
     const bool mapped = it->second.mapped;
     it = arena.blocks().allocate(it, size, requested);
     if (mapped) return it;  // fast path: a cached block
-    status backed = back_range(arena, it->first, size, may_grow);
+    status backed = pages_.back_range(arena, it->first, size, may_grow);
     if (backed.ok()) return it;
     // Never used, so nothing is queued on it; some of its pages may be unmapped.
     arena.blocks().set_mapped(arena.blocks().release(it), false);
     if (backed.code() != errc::out_of_memory) return backed;
     auto progressed = relieve_shortage(may_grow);
-    if (!progressed) return progressed.error();
-    if (*progressed) {
+    if (!progressed.ok()) return progressed.error();
+    if (progressed.yes()) {
       ++stats_.num_alloc_retries;  // memory came back from pending frees: try again
     } else if (may_grow) {
       break;
@@ -203,7 +143,7 @@ result<block_map::iterator> caching_allocator::place(stream_state& st, stream_ar
       may_grow = true;  // nothing to wait for: growing is the next step, not a retry
     }
   }
-  return out_of_memory(requested, st.stream);
+  return attempt<block_map::iterator>(build_oom_report(requested, st.stream));
 }
 
 void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, slab& s,
@@ -216,7 +156,7 @@ void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, sl
     return;
   }
   destroy_slab(st, arena, s);
-  maybe_release();
+  pages_.release_above(options_.release_threshold);
 }
 
 void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab& s) {
@@ -230,24 +170,24 @@ void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab
 
 std::size_t caching_allocator::drop_empty_slabs() {
   std::size_t dropped = 0;
-  for (auto& [native, st] : streams_) {
+  streams_.for_each([&](stream_state& st) {
     for (std::size_t c = 0; c < classes_.count(); ++c) {
-      for (slab* s = st->partial[c].head; s != nullptr;) {
+      for (slab* s = st.partial[c].head; s != nullptr;) {
         slab* next = s->next;
         if (s->empty()) {
-          destroy_slab(*st, *st->small, *s);
+          destroy_slab(st, *st.small, *s);
           ++dropped;
         }
         s = next;
       }
-      st->empty_slabs[c] = 0;
+      st.empty_slabs[c] = 0;
     }
-  }
+  });
   return dropped;
 }
 
 void caching_allocator::link_slab(stream_state& st, slab& s) {
-  slab_list& list = st.partial[s.size_class];
+  stream_state::slab_list& list = st.partial[s.size_class];
   s.prev = nullptr;
   s.next = list.head;
   if (list.head != nullptr) list.head->prev = &s;
@@ -256,7 +196,7 @@ void caching_allocator::link_slab(stream_state& st, slab& s) {
 }
 
 void caching_allocator::unlink_slab(stream_state& st, slab& s) {
-  slab_list& list = st.partial[s.size_class];
+  stream_state::slab_list& list = st.partial[s.size_class];
   if (s.prev != nullptr) s.prev->next = s.next;
   if (s.next != nullptr) s.next->prev = s.prev;
   if (list.head == &s) list.head = s.next;
@@ -266,23 +206,18 @@ void caching_allocator::unlink_slab(stream_state& st, slab& s) {
 
 result<caching_allocator::located> caching_allocator::locate(void* ptr, const char* what) {
   const auto p = reinterpret_cast<std::uintptr_t>(ptr);
-  std::size_t k = last_arena_;
-  if (k >= arenas_.size() || !arenas_[k]->contains(p)) {
-    k = 0;
-    while (k < arenas_.size() && !arenas_[k]->contains(p)) ++k;
-  }
+  const std::size_t k = streams_.arena_of(p);
   const auto bad = [&] {
     return status{errc::invalid_argument,
                   std::string(what) +
                       ": pointer is not a live allocation of this allocator (foreign pointer, "
                       "or already freed)"};
   };
-  if (k == arenas_.size()) return bad();
-  last_arena_ = k;
-  stream_arena* arena = arenas_[k];
+  if (k == streams_.arenas().size()) return bad();
+  stream_arena* arena = streams_.arenas()[k];
   located where;
   where.arena = arena;
-  where.owner = owners_[k];
+  where.owner = &streams_.owner(k);
   if (arena->kind() == pool_kind::small) {
     where.s = arena->slab_of(p);
     if (where.s == nullptr) return bad();
@@ -326,6 +261,18 @@ void caching_allocator::count_free_request(const located& where) {
   block_map::set_pending(where.block);
 }
 
+status caching_allocator::defer_free(const located& where, stream_handle free_stream,
+                                     bool device_wide) {
+  const auto addr = where.s != nullptr ? where.s->address(where.index) : where.block->first;
+  if (auto s = frees_.defer({where.owner, where.arena, addr, {}}, where.owner->stream, free_stream,
+                            device_wide);
+      !s) {
+    return s;  // nothing changed: the block is still allocated
+  }
+  count_free_request(where);
+  return {};
+}
+
 status caching_allocator::free(void* ptr) {
   if (ptr == nullptr) return {};
   std::lock_guard lock(mu_);
@@ -344,8 +291,7 @@ status caching_allocator::free_async_locked(void* ptr, void* native) {
     stream = *wrapped;
   }
   const bool other_stream = stream != where->owner->stream;
-  const bool recorded = !recorded_streams_.empty() &&
-                        recorded_streams_.contains(reinterpret_cast<std::uintptr_t>(ptr));
+  const bool recorded = frees_.recorded(reinterpret_cast<std::uintptr_t>(ptr));
   if (other_stream || recorded) return defer_free(*where, stream, false);
   if (park(*where, native)) return {};
   count_free_request(*where);
@@ -359,11 +305,7 @@ status caching_allocator::record_stream(void* ptr, void* native_stream) {
   if (!where) return where.error();
   auto stream = dev_->wrap_stream(native_stream);
   if (!stream) return stream.error();
-  if (*stream == where->owner->stream) return {};
-  auto& list = recorded_streams_[reinterpret_cast<std::uintptr_t>(ptr)];
-  if (std::find(list.begin(), list.end(), *stream) == list.end()) list.push_back(*stream);
-  recorded_any_.store(true, std::memory_order_relaxed);
-  note_stream(*stream);
+  frees_.record(reinterpret_cast<std::uintptr_t>(ptr), where->owner->stream, *stream);
   return {};
 }
 
@@ -390,29 +332,7 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   if (trace_.on()) trace_.record(trace_action::free_completed, addr, b.requested, st.stream.native);
   arena.mark_freed(it->first, b.size);
   arena.blocks().release(it);
-  maybe_release();
-}
-
-void caching_allocator::refresh_derived_stats() {
-  std::array<std::int64_t, 2> free_blocks{};
-  for (stream_arena* a : arenas_) {
-    free_blocks[static_cast<std::size_t>(a->kind())] +=
-        static_cast<std::int64_t>(a->blocks().mapped_free_blocks());
-  }
-  std::int64_t all_bytes = 0;
-  std::int64_t all_count = 0;
-  for (auto kind : {pool_kind::small, pool_kind::large}) {
-    const auto k = static_cast<std::size_t>(kind);
-    const stat_pool pool = pool_of(kind);
-    const std::int64_t bytes =
-        static_cast<std::int64_t>(mapped_bytes_[k]) - stats_.active_bytes[pool].current;
-    stats_.inactive_split_bytes[pool].set(std::max<std::int64_t>(bytes, 0));
-    stats_.inactive_split[pool].set(free_blocks[k]);
-    all_bytes += std::max<std::int64_t>(bytes, 0);
-    all_count += free_blocks[k];
-  }
-  stats_.inactive_split_bytes[pool_all].set(all_bytes);
-  stats_.inactive_split[pool_all].set(all_count);
+  pages_.release_above(options_.release_threshold);
 }
 
 status caching_allocator::set_memory_fraction(double fraction) {
@@ -421,7 +341,7 @@ status caching_allocator::set_memory_fraction(double fraction) {
   }
   std::lock_guard lock(mu_);
   options_.memory_fraction = fraction;
-  limit_ = static_cast<std::size_t>(static_cast<double>(total_) * fraction);
+  pages_.set_limit(static_cast<std::size_t>(static_cast<double>(total_) * fraction));
   return {};
 }
 
@@ -431,9 +351,9 @@ allocator_stats caching_allocator::stats() {
 }
 
 allocator_stats caching_allocator::current_stats() {
-  refresh_derived_stats();
+  pages_.refresh_derived_stats();
   allocator_stats view = stats_;
-  for (const thread_cache* tc : caches_) fold_cache_counters(view, *tc);
+  caches_.fold_all(view);
   return view;
 }
 
@@ -448,7 +368,7 @@ status caching_allocator::empty_cache() {
 
 status caching_allocator::trim(std::size_t keep_bytes) {
   std::lock_guard lock(mu_);
-  if (thread_cache& tc = thread_cache::current(); tc.owned_by(serial_)) flush_cache(tc);
+  if (thread_cache& tc = thread_cache::current(); tc.owned_by(caches_.serial())) flush_cache(tc);
   reclaim_parked_slots();
   // Pending frees may empty slabs, and dropped slabs free pages in the open
   // epoch: wait, drop, wait again, then release.
@@ -456,8 +376,8 @@ status caching_allocator::trim(std::size_t keep_bytes) {
   if (drop_empty_slabs() > 0) {
     if (auto s = wait_for_everything(); !s) return s;
   }
-  auto s = release_idle(keep_bytes);
-  refresh_derived_stats();
+  auto s = pages_.release_idle(keep_bytes);
+  pages_.refresh_derived_stats();
   return s;
 }
 

@@ -1,5 +1,12 @@
 // The caching device allocator: stream-ordered, page-backed, with stats.
 //
+// A coordinator over parts that own their state (docs/allocator.md, "Map of
+// the allocator"): the stream table (streams, arenas, slabs), the page
+// supply (pages, stitcher), the deferred-free queue, the thread-cache
+// binding, the pressure handlers, the stats and the trace. It owns only the
+// mutex, the options and the last OOM report; what crosses parts (placing
+// a block, returning one, the OOM chain) is written here.
+//
 // Layout: each stream gets two arenas (small and large), each a reserved
 // virtual range into which physical pages (one granularity each) are mapped
 // on demand. Small requests come from size-class slabs (one page each) in
@@ -19,13 +26,13 @@
 //     cache needs memory, and synchronized only if memory is still short.
 // Events are polled only on the slow path, never waited for on the fast path.
 //
-// The OOM chain (page_supply.cpp, oom_chain.cpp): a request that finds no
+// The OOM chain (place(), page_supply.cpp, oom_chain.cpp): a request that finds no
 // backed range reclaims completed frees; stitches idle pages from holes
 // anywhere into a contiguous range (unmapped there, mapped here, no copy);
 // creates pages within the limit; waits for the streams that guard freed
 // memory and gives up cached empty slabs and parked blocks; calls the
 // registered pressure handlers (without the mutex); retries; and only then
-// fails with out_of_memory and an oom_report.
+// fails with out_of_memory and an oom_report, returned with the error.
 //
 // Fast path (a block this thread freed on the same stream: a small object in
 // its thread cache, or a large block of the same rounded size in its slot):
@@ -48,9 +55,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache_binding.hpp"
+#include "deferred_frees.hpp"
 #include "event_pool.hpp"
 #include "event_trace.hpp"
 #include "oom_report.hpp"
+#include "page_supply.hpp"
+#include "pressure_handlers.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
 #include "spin_mutex.hpp"
@@ -59,6 +70,7 @@
 #include "strata/device.hpp"
 #include "strata/strata.hpp"
 #include "stream_arena.hpp"
+#include "stream_table.hpp"
 #include "thread_cache.hpp"
 
 namespace strata {
@@ -133,7 +145,7 @@ class caching_allocator {
   /// fails; returns the bytes it freed. Called without the allocator's mutex
   /// held (it may free through this allocator), from the failing thread.
   /// A handler that throws counts as freeing nothing.
-  using pressure_handler = std::function<std::size_t(std::size_t bytes)>;
+  using pressure_handler = pressure_handlers::handler;
   /// Registers `h`; returns its id (never 0).
   std::uint64_t add_pressure_handler(pressure_handler h);
   /// Unregisters handler `id`; invalid_argument if there is none. A call of
@@ -148,28 +160,6 @@ class caching_allocator {
   [[nodiscard]] const allocator_options& options() const noexcept { return options_; }
 
  private:
-  struct slab_list {
-    slab* head = nullptr;
-  };
-  // Everything that belongs to one stream.
-  struct stream_state {
-    stream_handle stream;
-    std::unique_ptr<stream_arena> small;
-    std::unique_ptr<stream_arena> large;
-    std::array<slab_list, size_classes::max_classes> partial{};
-    std::array<std::uint32_t, size_classes::max_classes> empty_slabs{};
-  };
-  // A freed block waiting for events before it returns to its arena.
-  struct pending_free {
-    stream_state* owner;
-    stream_arena* arena;
-    std::uintptr_t addr;
-    std::vector<event_handle> events;
-  };
-  struct sealed_batch {
-    std::vector<pending_free> frees;
-    std::vector<event_handle> events;
-  };
   // Where a live pointer lives.
   struct located {
     stream_state* owner = nullptr;
@@ -192,23 +182,34 @@ class caching_allocator {
   // Larger requests fail as out of memory before any rounding can overflow.
   static constexpr std::size_t max_request = std::size_t{1} << 60;
 
-  // oom_chain.cpp: the end of the OOM chain.
+  // oom_chain.cpp: the OOM chain's steps outside place(), and its end.
   result<void*> allocate_or_relieve(thread_cache& tc, std::size_t bytes, void* native_stream);
-  // Takes the mutex, returns this thread's parked block, allocates; on an
-  // out_of_memory from the chain, moves its report into `report`.
-  result<void*> allocate_locked(thread_cache& tc, std::size_t bytes, void* native_stream,
-                                std::optional<oom_report>& report);
+  // Takes the mutex, returns this thread's parked block, allocates.
+  attempt<void*> allocate_locked(thread_cache& tc, std::size_t bytes, void* native_stream);
   // Takes `tc`'s parked block back into its arena with exact stats (the
   // owner thread, under the mutex).
   void unpark(thread_cache& tc);
-  [[nodiscard]] oom_report build_oom_report(std::size_t bytes, stream_handle stream);
-  [[nodiscard]] std::size_t pages_needed(std::size_t bytes) const;
+  // Reclaims completed frees, else waits for pending ones (and, under
+  // `pressure`, gives up cached empty slabs); yes if memory may have come free.
+  yes_no relieve_shortage(bool pressure);
+  [[nodiscard]] bool anything_waiting();
+  status wait_for_everything();
+  // Returns the deferred frees that completed to their arenas; yes if any did.
+  yes_no reclaim_completed();
+  // Seals the open batch, waits for every stream and returns every
+  // deferred free.
+  status finish_all_deferred();
 
-  // fast_path.cpp: the thread-cache paths and their bookkeeping.
-  // Counts the block in `tc`'s slot lent (out) or taken back (in), in the
-  // counters of its stats pool; `sign` -1 takes a count back.
-  void count_slot(thread_cache& tc, thread_cache::direction d, std::size_t requested,
-                  std::int64_t sign = 1) const;
+  // allocator_report.cpp: the reporter. Reads the state under the mutex.
+  [[nodiscard]] oom_report build_oom_report(std::size_t bytes, stream_handle stream);
+  // Bytes of pages a request of `bytes` occupies once rounded.
+  [[nodiscard]] std::size_t backing_bytes(std::size_t bytes) const;
+  [[nodiscard]] std::string summary_of(const allocator_stats& st);
+  // The stats as stats() reports them: derived values refreshed, thread
+  // caches' counters folded in. Needs the mutex.
+  [[nodiscard]] allocator_stats current_stats();
+
+  // fast_path.cpp: the thread-cache paths.
   // Parks a block freed on its own stream in the calling thread's empty
   // slot (bound to `native`); false if it does not qualify.
   bool park(const located& where, void* native);
@@ -221,21 +222,21 @@ class caching_allocator {
   static bool unlend(block_info& b);
   void adopt_cache(thread_cache& tc, void* native_stream);
   void flush_cache(thread_cache& tc);
-  void fold_cache_counters(allocator_stats& s, const thread_cache& tc) const;
 
   // caching_allocator.cpp: the locked paths.
   status free_async_locked(void* ptr, void* native_stream);
   void return_to_slab(stream_state& st, stream_arena& arena, slab& s, std::uint32_t index);
-  result<void*> allocate(std::size_t bytes, void* native_stream);
+  attempt<void*> allocate(std::size_t bytes, void* native_stream);
   result<stream_state*> state_for(void* native_stream);
   result<located> locate(void* ptr, const char* what);
-  result<void*> allocate_small(stream_state& st, std::size_t bytes);
-  result<void*> allocate_large(stream_state& st, std::size_t bytes);
-  status new_slab(stream_state& st, std::uint32_t cls);
+  attempt<void*> allocate_small(stream_state& st, std::size_t bytes);
+  attempt<void*> allocate_large(stream_state& st, std::size_t bytes);
+  attempt<slab*> new_slab(stream_state& st, std::uint32_t cls);
   // Carves `size` bytes for `requested` from `arena` and backs them with
   // pages, walking the shortage chain when pages are short.
-  result<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
-                                    std::size_t requested);
+  attempt<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
+                                     std::size_t requested);
+  status defer_free(const located& where, stream_handle free_stream, bool device_wide);
   void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
   static void unlink_slab(stream_state& st, slab& s);
   void destroy_slab(stream_state& st, stream_arena& arena, slab& s);
@@ -243,81 +244,23 @@ class caching_allocator {
   std::size_t drop_empty_slabs();
   static void link_slab(stream_state& st, slab& s);
   void count_free_request(const located& where);
-  void refresh_derived_stats();
-  // The stats as stats() reports them: derived values refreshed, thread
-  // caches' counters folded in. Needs the mutex.
-  [[nodiscard]] allocator_stats current_stats();
-  [[nodiscard]] status out_of_memory(std::size_t bytes, stream_handle stream);
 
-  // page_supply.cpp: backing blocks with pages; giving pages back.
-  // Maps a page under every unmapped page of [addr, addr+bytes): idle pages
-  // first, new ones only if `may_create`. out_of_memory when short.
-  status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
-  std::size_t take_idle_pages(std::size_t wanted, stream_arena* first, std::vector<page_run>& out);
-  status create_pages(std::size_t wanted, std::vector<page_run>& out);
-  status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
-                   std::vector<page_run>& pages);
-  // Records `page` as mapped at arena page `index` in the arena and the stats.
-  void account_mapped(stream_arena& arena, std::size_t index, page_run page);
-  status release_idle(std::size_t keep_bytes);
-  void maybe_release();
-  // Reclaims completed frees, else waits for pending ones (and, under
-  // `pressure`, gives up cached empty slabs); true if memory may have come free.
-  result<bool> relieve_shortage(bool pressure);
-  [[nodiscard]] bool anything_waiting();
-  status wait_for_everything();
-
-  // deferred_free.cpp: pending and device-wide frees.
-  status defer_free(const located& where, stream_handle free_stream, bool device_wide);
-  result<bool> reclaim_completed();
-  status seal_open_batch();
-  void finish_pending(pending_free& p);
-  // Records one event per stream into `out`; on failure gives every event
-  // back and leaves `out` empty.
-  status record_events(const std::vector<stream_handle>& streams, std::vector<event_handle>& out);
-  // Adds `s` to the streams device-wide frees wait for.
-  void note_stream(stream_handle s);
-
-  // allocator_report.cpp
-  [[nodiscard]] std::string summary_of(const allocator_stats& st);
-
-  spin_mutex mu_;
+  // The parts, in the order they are built (and destroyed in reverse).
+  spin_mutex mu_;  // serializes everything but the fast path
   std::unique_ptr<device> dev_;
   allocator_options options_;
-  std::size_t granularity_;
-  std::size_t total_;        // device memory, bytes
-  std::size_t limit_;        // bytes the allocator may hold
-  std::size_t arena_bytes_;  // virtual range reserved per arena
+  std::size_t total_;  // device memory, bytes
   size_classes classes_;
   event_pool events_;
   allocator_stats stats_;
-
-  std::vector<page_run> idle_pages_;           // the page pool: unmapped, no queued work
-  std::size_t held_pages_ = 0;                 // pages created and not released
-  std::array<std::size_t, 2> mapped_bytes_{};  // by pool_kind
-
-  std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
-  std::vector<stream_arena*> arenas_;
-  std::vector<stream_state*> owners_;  // owners_[i] owns arenas_[i]
-  std::vector<stream_handle> seen_streams_;
-  void* last_native_ = nullptr;
-  stream_state* last_state_ = nullptr;
-  std::size_t last_arena_ = 0;  // index of the arena the last pointer was in
-
   event_trace trace_;
-  std::optional<oom_report> oom_candidate_;  // built by the chain; allocate_locked hands it on
+  stream_table streams_;                 // the streams, their arenas and slabs
+  page_supply pages_;                    // the pages: pool, stitcher, creation, release
+  deferred_frees frees_;                 // frees waiting on events; recorded streams
+  std::vector<pending_free> completed_;  // scratch for frees_ to hand back
+  pressure_handlers handlers_;
   std::optional<oom_report> last_oom_;
-  std::mutex handlers_mu_;  // guards handlers_ only; never held with mu_
-  std::vector<std::pair<std::uint64_t, std::shared_ptr<const pressure_handler>>> handlers_;
-  std::uint64_t next_handler_ = 1;
-
-  std::unordered_map<std::uintptr_t, std::vector<stream_handle>> recorded_streams_;
-  std::atomic<bool> recorded_any_{false};  // !recorded_streams_.empty(), for the fast path
-  const std::uint64_t serial_;             // this allocator's entry in the live registry
-  std::vector<thread_cache*> caches_;      // thread caches bound to this allocator
-  std::vector<pending_free> pending_;
-  std::vector<pending_free> open_batch_;
-  std::deque<sealed_batch> sealed_batches_;
+  cache_binding caches_;  // destroyed first: no thread cache comes back
 };
 
 }  // namespace strata

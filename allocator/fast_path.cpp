@@ -15,7 +15,7 @@ using slot_state = thread_cache::large_slot;
 [[gnu::always_inline]] inline result<void*> caching_allocator::allocate_fast(std::size_t bytes,
                                                                              void* stream) {
   thread_cache& tc = thread_cache::current();
-  if (tc.bound_to(serial_, stream)) {
+  if (tc.bound_to(caches_.serial(), stream)) {
     if (bytes - 1 < classes_.slab_limit()) {  // 1..slab_limit; 0 wraps around
       // Fast path: one bin pop, no lock, no system call, no allocation.
       if (const thread_cache::entry* e = tc.pop(size_classes::class_of(bytes))) {
@@ -29,7 +29,7 @@ using slot_state = thread_cache::large_slot;
       if (ls.load() == slot_state::parked && ls.size == size_classes::round(bytes)) {
         ls.requested.store(bytes, std::memory_order_relaxed);
         if (ls.take(slot_state::parked, slot_state::lent)) {
-          count_slot(tc, thread_cache::direction::out, bytes);
+          caches_.count_slot(tc, thread_cache::direction::out, bytes);
           return reinterpret_cast<void*>(ls.addr);
         }
       }
@@ -44,20 +44,21 @@ using slot_state = thread_cache::large_slot;
 [[gnu::always_inline]] inline status caching_allocator::free_fast(void* ptr, void* stream) {
   if (ptr == nullptr) return {};
   thread_cache& tc = thread_cache::current();
-  if (tc.bound_to(serial_, stream)) {
+  if (tc.bound_to(caches_.serial(), stream)) {
     const auto p = reinterpret_cast<std::uintptr_t>(ptr);
     // Fast path: the large block this thread's slot lent out goes back.
     thread_cache::large_slot& ls = tc.slot();
     if (ls.addr == p && ls.load() == slot_state::lent &&
         ls.take(slot_state::lent, slot_state::parked)) {
-      count_slot(tc, thread_cache::direction::in, ls.requested.load(std::memory_order_relaxed));
+      caches_.count_slot(tc, thread_cache::direction::in,
+                         ls.requested.load(std::memory_order_relaxed));
       return {};
     }
     // Fast path: a live small object of this stream's arena with no
     // recorded streams goes into the cache.
     slab* s = tc.slab_of(p);
     const std::int64_t i = s != nullptr ? s->index_of(p) : -1;
-    if (i >= 0 && !recorded_any_.load(std::memory_order_relaxed)) {
+    if (i >= 0 && !frees_.recorded_any()) {
       const auto index = static_cast<std::uint32_t>(i);
       if (s->state(index) == object_state::live && tc.push(s->size_class, {p, s, index})) {
         tc.count_bins(thread_cache::direction::in, static_cast<std::int64_t>(s->requested(index)));
@@ -97,19 +98,12 @@ status allocator::try_free_async(void* ptr, void* stream) {
   return impl().free_fast(ptr, stream);
 }
 
-void caching_allocator::count_slot(thread_cache& tc, thread_cache::direction d,
-                                   std::size_t requested, std::int64_t sign) const {
-  const std::size_t size = tc.slot().size;
-  tc.count_slot(size <= options_.small_size, d, sign, sign * static_cast<std::int64_t>(size),
-                sign * static_cast<std::int64_t>(requested));
-}
-
 bool caching_allocator::park(const located& where, void* native) {
   if (where.s != nullptr) return false;  // small objects have the bins
   thread_cache& tc = thread_cache::current();
   block_info& b = where.block->second;
   // With a release threshold, freed memory should go back promptly: no parking.
-  if (!tc.bound_to(serial_, native) || tc.slot().load() != slot_state::empty ||
+  if (!tc.bound_to(caches_.serial(), native) || tc.slot().load() != slot_state::empty ||
       options_.release_threshold != std::numeric_limits<std::uint64_t>::max()) {
     return false;
   }
@@ -118,7 +112,7 @@ bool caching_allocator::park(const located& where, void* native) {
   ls.size = b.size;
   ls.requested.store(b.requested, std::memory_order_relaxed);
   b.holder = &tc;
-  count_slot(tc, thread_cache::direction::in, b.requested);
+  caches_.count_slot(tc, thread_cache::direction::in, b.requested);
   ls.state.store(slot_state::parked, std::memory_order_release);
   return true;
 }
@@ -128,7 +122,7 @@ bool caching_allocator::reclaim_parked(thread_cache& tc) {
   if (!ls.take(slot_state::parked, slot_state::empty)) return false;
   // The user freed it on its own stream, so it is reusable there at once.
   // Its stats stay as they are: the cache's counters net it out.
-  stream_arena& arena = *streams_.find(tc.stream())->second->large;
+  stream_arena& arena = *streams_.find(tc.stream())->large;
   auto it = arena.blocks().find_in_use(ls.addr);
   arena.mark_freed(it->first, it->second.size);
   arena.blocks().release(it);
@@ -137,7 +131,7 @@ bool caching_allocator::reclaim_parked(thread_cache& tc) {
 
 std::size_t caching_allocator::reclaim_parked_slots() {
   std::size_t n = 0;
-  for (thread_cache* tc : caches_) n += reclaim_parked(*tc) ? 1 : 0;
+  for (thread_cache* tc : caches_.caches()) n += reclaim_parked(*tc) ? 1 : 0;
   return n;
 }
 
@@ -154,71 +148,28 @@ void caching_allocator::adopt_cache(thread_cache& tc, void* native_stream) {
   std::lock_guard lock(mu_);
   auto st = state_for(native_stream);
   if (!st) return;  // the locked path reports the bad stream
-  tc.bind(this, serial_, native_stream, (*st)->small.get(), classes_);
-  caches_.push_back(&tc);
+  tc.bind(this, caches_.serial(), native_stream, (*st)->small.get(), classes_);
+  caches_.add(tc);
 }
 
 void caching_allocator::release_cache(thread_cache& tc) {
   std::lock_guard lock(mu_);
   flush_cache(tc);
-  std::erase(caches_, &tc);
+  caches_.remove(tc);
   tc.unbind();
 }
 
 void caching_allocator::flush_cache(thread_cache& tc) {
   // Parked objects go back to their slabs; the counters fold into the shared
   // stats exactly as stats() nets them, so no reported value moves.
-  fold_cache_counters(stats_, tc);
+  caches_.fold(stats_, tc);
   tc.reset_counters();
   stream_arena& arena = *tc.arena();
-  stream_state& st = *streams_.find(tc.stream())->second;
+  stream_state& st = *streams_.find(tc.stream());
   tc.drain([&](const thread_cache::entry& e) { return_to_slab(st, arena, *e.s, e.index); });
   if (!reclaim_parked(tc) && tc.slot().load() == slot_state::lent) {
     stream_arena& large = *st.large;
     (void)unlend(large.blocks().find_in_use(tc.slot().addr)->second);
-  }
-}
-
-void caching_allocator::fold_cache_counters(allocator_stats& s, const thread_cache& tc) const {
-  const size_classes& classes = classes_;
-  std::int64_t allocs = 0;
-  std::int64_t frees = 0;
-  std::int64_t alloc_bytes = 0;
-  std::int64_t free_bytes = 0;
-  for (std::uint32_t c = 0; c < classes.count(); ++c) {
-    const auto size = static_cast<std::int64_t>(classes.class_size(c));
-    allocs += tc.parked_out(c);
-    frees += tc.parked_in(c);
-    alloc_bytes += tc.parked_out(c) * size;
-    free_bytes += tc.parked_in(c) * size;
-  }
-  const std::int64_t alloc_req = tc.bins_requested(thread_cache::direction::out);
-  const std::int64_t free_req = tc.bins_requested(thread_cache::direction::in);
-  const auto fold = [](stat_array& a, std::int64_t in, std::int64_t out) {
-    for (auto p : {pool_all, pool_small}) a[p].fold(in - out, in, out);
-  };
-  // Parked objects were still counted as allocated and active; the cache's
-  // own traffic (user frees into it, user allocations out of it) was not.
-  fold(s.allocation, allocs, frees);
-  fold(s.active, allocs, frees);
-  fold(s.allocated_bytes, alloc_bytes, free_bytes);
-  fold(s.active_bytes, alloc_bytes, free_bytes);
-  fold(s.requested_bytes, alloc_req, free_req);
-  // The slot's traffic, per stats pool.
-  using counter = std::atomic<std::int64_t> thread_cache::slot_traffic::*;
-  for (const stat_pool pool : {pool_large, pool_small}) {
-    const auto& out = tc.slot_counts(pool == pool_small, thread_cache::direction::out);
-    const auto& in = tc.slot_counts(pool == pool_small, thread_cache::direction::in);
-    const auto fold_slot = [&](stat_array& a, counter c) {
-      const std::int64_t o = (out.*c).load(std::memory_order_relaxed);
-      const std::int64_t i = (in.*c).load(std::memory_order_relaxed);
-      for (auto p : {pool_all, pool}) a[p].fold(o - i, o, i);
-    };
-    fold_slot(s.allocation, &thread_cache::slot_traffic::blocks);
-    fold_slot(s.active, &thread_cache::slot_traffic::blocks);
-    fold_slot(s.allocated_bytes, &thread_cache::slot_traffic::bytes);
-    fold_slot(s.active_bytes, &thread_cache::slot_traffic::bytes);
-    fold_slot(s.requested_bytes, &thread_cache::slot_traffic::requested);
   }
 }
 

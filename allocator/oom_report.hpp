@@ -11,8 +11,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "strata/error.hpp"
 
 namespace strata {
 
@@ -50,6 +54,39 @@ struct oom_report {
   void decide();
   [[nodiscard]] std::string to_text() const;
   [[nodiscard]] std::string to_json() const;
+};
+
+// What the allocator's locked allocation path returns: a value, or an
+// error. The error of a device shortage carries the OOM report built when
+// the chain gave up, so the report travels back with the error to the
+// caller that logs and keeps it (no member holds it in between). Other
+// errors (a bad stream, a host shortage, a device failure) carry none.
+template <class T>
+class [[nodiscard]] attempt {
+ public:
+  attempt(T value) : result_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
+  attempt(status error) : result_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  // A device shortage: out_of_memory, the report's text as the message.
+  explicit attempt(oom_report report)
+      : result_(status{errc::out_of_memory, report.to_text()}), report_(std::move(report)) {}
+  // The failure of another attempt, passed on. Precondition: `failed` failed.
+  template <class U>
+  attempt(attempt<U>&& failed)  // NOLINT(google-explicit-constructor)
+      : result_(failed.error()), report_(std::move(failed.report())) {}
+
+  [[nodiscard]] bool ok() const noexcept { return result_.ok(); }
+  explicit operator bool() const noexcept { return ok(); }
+  [[nodiscard]] const status& error() const noexcept { return result_.error(); }
+  T& operator*() & { return *result_; }
+  T* operator->() { return &*result_; }
+  // The report of a device shortage; empty otherwise.
+  std::optional<oom_report>& report() noexcept { return report_; }
+  // The value or the error, without the report.
+  result<T> take() && { return std::move(result_); }
+
+ private:
+  result<T> result_;
+  std::optional<oom_report> report_;
 };
 
 }  // namespace strata

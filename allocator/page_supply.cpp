@@ -1,16 +1,12 @@
-// Backing blocks with physical pages, and giving idle pages back.
-//
-// Page sources, in order: the page pool (idle, unmapped pages); idle pages
-// inside free blocks of any arena (unmapped from there: this is how free
-// memory anywhere serves a request anywhere); new pages from the device,
-// within the allocator's limit. A page is unmapped only when its arena's
-// stream has finished every epoch that freed memory on it.
+#include "page_supply.hpp"
+
 #include <algorithm>
 #include <limits>
-
-#include "caching_allocator.hpp"
-
 namespace strata {
+
+page_supply::~page_supply() {
+  for (auto run : idle_pages_) (void)dev_.release_pages(run);
+}
 
 namespace {
 
@@ -20,8 +16,8 @@ stat_pool pool_of(pool_kind k) {
 
 }  // namespace
 
-status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
-                                     bool may_create) {
+status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
+                               bool may_create) {
   const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
   std::size_t i = arena.next_unmapped(arena.page_of(addr), last);
   if (i == last) return {};  // every page is already there
@@ -56,11 +52,11 @@ status caching_allocator::back_range(stream_arena& arena, std::uintptr_t addr, s
   return {};
 }
 
-std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena* first,
-                                               std::vector<page_run>& out) {
+std::size_t page_supply::take_idle_pages(std::size_t wanted, stream_arena* first,
+                                         std::vector<page_run>& out) {
   const std::size_t start = out.size();
   const auto steal_from = [&](stream_arena& a) {
-    (void)a.poll(*dev_, events_);  // a failed query only means fewer idle pages
+    (void)a.poll(dev_, events_);  // a failed query only means fewer idle pages
     const std::size_t g = granularity_;
     for (auto it = a.blocks().begin(); it != a.blocks().end() && out.size() - start < wanted;
          ++it) {
@@ -72,7 +68,7 @@ std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena*
       for (std::size_t i = a.next_mapped(from, to); i < to && out.size() - start < wanted;
            i = a.next_mapped(i + 1, to)) {
         const page_run run = a.page(i);
-        if (!a.page_idle(i) || !dev_->unmap(a.page_addr(i), g)) continue;
+        if (!a.page_idle(i) || !dev_.unmap(a.page_addr(i), g)) continue;
         a.set_page(i, {});
         if (trace_.on()) {
           trace_.record(trace_action::segment_unmap, a.page_addr(i), g, a.stream().native);
@@ -87,18 +83,18 @@ std::size_t caching_allocator::take_idle_pages(std::size_t wanted, stream_arena*
     }
   };
   if (first != nullptr) steal_from(*first);
-  for (stream_arena* a : arenas_) {
+  for (stream_arena* a : streams_.arenas()) {
     if (a != first && out.size() - start < wanted) steal_from(*a);
   }
   return out.size() - start;
 }
 
-status caching_allocator::create_pages(std::size_t wanted, std::vector<page_run>& out) {
+status page_supply::create_pages(std::size_t wanted, std::vector<page_run>& out) {
   for (std::size_t n = 0; n < wanted; ++n) {
     if ((held_pages_ + 1) * granularity_ > limit_) {
       return {errc::out_of_memory, "the allocator holds its limit"};
     }
-    auto run = dev_->create_pages(granularity_);
+    auto run = dev_.create_pages(granularity_);
     if (!run) return run.error();
     ++held_pages_;
     ++stats_.num_device_alloc;
@@ -109,8 +105,8 @@ status caching_allocator::create_pages(std::size_t wanted, std::vector<page_run>
   return {};
 }
 
-status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
-                                    std::vector<page_run>& pages) {
+status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
+                              std::vector<page_run>& pages) {
   // One map call per page (each page is its own physical allocation), one
   // set_access per run of adjacent pages (the device allows whole mappings).
   const std::size_t g = granularity_;
@@ -121,17 +117,17 @@ status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::
     std::size_t k = j;
     status s;
     for (; k < end; ++k) {
-      s = dev_->map(arena.page_addr(indices[k]), g, pages[k], 0);
+      s = dev_.map(arena.page_addr(indices[k]), g, pages[k], 0);
       if (!s.ok()) break;
     }
-    if (s.ok()) s = dev_->set_access(va, (end - j) * g);
+    if (s.ok()) s = dev_.set_access(va, (end - j) * g);
     if (!s.ok()) {
       // Nothing is lost: this run's pages are unmapped again and, with the
       // unused ones, return to the pool; a page that will not unmap stays
       // mapped (and accounted) under what is now free space; earlier runs
       // stay mapped too.
       for (std::size_t m = j; m < k; ++m) {
-        if (dev_->unmap(arena.page_addr(indices[m]), g)) {
+        if (dev_.unmap(arena.page_addr(indices[m]), g)) {
           idle_pages_.push_back(pages[m]);
         } else {
           account_mapped(arena, indices[m], pages[m]);
@@ -151,20 +147,20 @@ status caching_allocator::map_pages(stream_arena& arena, const std::vector<std::
   return {};
 }
 
-void caching_allocator::account_mapped(stream_arena& arena, std::size_t index, page_run page) {
+void page_supply::account_mapped(stream_arena& arena, std::size_t index, page_run page) {
   arena.set_page(index, page);
   mapped_bytes_[static_cast<std::size_t>(arena.kind())] += granularity_;
   stats_.segment[pool_of(arena.kind())].increase(1);
   stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(granularity_));
 }
 
-status caching_allocator::release_idle(std::size_t keep_bytes) {
+status page_supply::release_idle(std::size_t keep_bytes) {
   // Idle pages still mapped under free blocks move to the pool first, so the
   // pool holds every idle page; the pages beyond `keep_bytes` go back.
   take_idle_pages(static_cast<std::size_t>(-1), nullptr, idle_pages_);
   const std::size_t keep_pages = keep_bytes / granularity_;
   while (idle_pages_.size() > keep_pages) {
-    if (auto s = dev_->release_pages(idle_pages_.back()); !s) return s;
+    if (auto s = dev_.release_pages(idle_pages_.back()); !s) return s;
     idle_pages_.pop_back();
     --held_pages_;
     ++stats_.num_device_free;
@@ -174,65 +170,39 @@ status caching_allocator::release_idle(std::size_t keep_bytes) {
   return {};
 }
 
-void caching_allocator::maybe_release() {
-  if (options_.release_threshold == std::numeric_limits<std::uint64_t>::max()) return;
+void page_supply::release_above(std::uint64_t threshold) {
+  if (threshold == std::numeric_limits<std::uint64_t>::max()) return;
   const auto mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
   const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
   const std::size_t idle = idle_pages_.size() * granularity_ +
                            static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));
-  if (idle <= options_.release_threshold) return;
+  if (idle <= threshold) return;
   // Close the open epochs so the pages freed in them become idle once their
   // streams get there; what is idle now goes back.
-  for (stream_arena* a : arenas_) (void)a->seal(*dev_, events_);
-  (void)release_idle(options_.release_threshold);
+  for (stream_arena* a : streams_.arenas()) (void)a->seal(dev_, events_);
+  (void)release_idle(threshold);
 }
 
-result<bool> caching_allocator::relieve_shortage(bool pressure) {
-  if (reclaim_parked_slots() > 0) return true;
-  // This thread's parked small objects go back to their slabs, which may
-  // then empty and be dropped below.
-  if (thread_cache& tc = thread_cache::current(); tc.owned_by(serial_) && tc.holds_objects()) {
-    flush_cache(tc);
-    return true;
+void page_supply::refresh_derived_stats() {
+  std::array<std::int64_t, 2> free_blocks{};
+  for (stream_arena* a : streams_.arenas()) {
+    free_blocks[static_cast<std::size_t>(a->kind())] +=
+        static_cast<std::int64_t>(a->blocks().mapped_free_blocks());
   }
-  auto reclaimed = reclaim_completed();
-  if (!reclaimed) return reclaimed.error();
-  if (*reclaimed) return true;
-  // Empty cached slabs go before the allocator grows (wait_before_grow) or
-  // when it cannot grow.
-  if ((pressure || options_.wait_before_grow) && drop_empty_slabs() > 0) return true;
-  if (!anything_waiting()) return false;
-  if (auto s = wait_for_everything(); !s) return s;
-  return true;
-}
-
-bool caching_allocator::anything_waiting() {
-  if (!pending_.empty() || !open_batch_.empty() || !sealed_batches_.empty()) return true;
-  return std::any_of(arenas_.begin(), arenas_.end(),
-                     [](const stream_arena* a) { return a->has_busy_epochs(); });
-}
-
-status caching_allocator::wait_for_everything() {
-  if (!open_batch_.empty()) {
-    if (auto s = seal_open_batch(); !s) return s;
+  std::int64_t all_bytes = 0;
+  std::int64_t all_count = 0;
+  for (auto kind : {pool_kind::small, pool_kind::large}) {
+    const auto k = static_cast<std::size_t>(kind);
+    const stat_pool pool = pool_of(kind);
+    const std::int64_t bytes =
+        static_cast<std::int64_t>(mapped_bytes_[k]) - stats_.active_bytes[pool].current;
+    stats_.inactive_split_bytes[pool].set(std::max<std::int64_t>(bytes, 0));
+    stats_.inactive_split[pool].set(free_blocks[k]);
+    all_bytes += std::max<std::int64_t>(bytes, 0);
+    all_count += free_blocks[k];
   }
-  for (auto& batch : sealed_batches_) {
-    for (auto e : batch.events) {
-      if (auto s = dev_->synchronize_event(e); !s) return s;
-    }
-    ++stats_.num_sync_all_streams;
-  }
-  for (auto& p : pending_) {
-    for (auto e : p.events) {
-      if (auto s = dev_->synchronize_event(e); !s) return s;
-    }
-  }
-  auto reclaimed = reclaim_completed();
-  if (!reclaimed) return reclaimed.error();
-  for (stream_arena* a : arenas_) {
-    if (auto s = a->wait_idle(a->open_epoch(), *dev_, events_); !s) return s;
-  }
-  return {};
+  stats_.inactive_split_bytes[pool_all].set(all_bytes);
+  stats_.inactive_split[pool_all].set(all_count);
 }
 
 }  // namespace strata

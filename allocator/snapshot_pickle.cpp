@@ -85,15 +85,15 @@ std::string caching_allocator::snapshot_pickle() {
   std::vector<arena_range> ranges;
   w.key("segments");
   w.begin_list();
-  for (const auto& arena : arenas_) {
+  for (stream_arena* arena : streams_.arenas()) {
     stream_arena& a = *arena;
     const auto native = reinterpret_cast<std::uintptr_t>(a.stream().native);
-    ranges.push_back({a.page_addr(0), a.page_addr(0) + a.page_count() * granularity_});
+    ranges.push_back({a.page_addr(0), a.page_addr(0) + a.page_count() * pages_.granularity()});
     for (std::size_t i = a.next_mapped(0, a.page_count()); i < a.page_count();) {
       std::size_t j = i;
       while (j + 1 < a.page_count() && a.is_mapped(j + 1)) ++j;
       const std::uintptr_t lo = a.page_addr(i);
-      const std::uintptr_t hi = a.page_addr(j) + granularity_;
+      const std::uintptr_t hi = a.page_addr(j) + pages_.granularity();
       // Blocks of the segment, clipped to it; the totals follow them.
       segment_totals t;
       std::uintptr_t cursor = lo;  // blocks so far tile [lo, cursor)

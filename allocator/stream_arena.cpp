@@ -97,18 +97,16 @@ status stream_arena::seal(device& dev, event_pool& events) {
   return {};
 }
 
-result<bool> stream_arena::poll(device& dev, event_pool& events) {
-  bool advanced = false;
+status stream_arena::poll(device& dev, event_pool& events) {
   while (!sealed_.empty()) {
     auto done = dev.query_event(sealed_.front().event);
-    if (!done) return done.error();
-    if (!*done) break;
+    if (!done.ok()) return done.error();
+    if (!done.yes()) break;
     completed_ = sealed_.front().epoch;
     events.put(sealed_.front().event);
     sealed_.pop_front();
-    advanced = true;
   }
-  return advanced;
+  return {};
 }
 
 status stream_arena::wait_idle(std::uint64_t epoch, device& dev, event_pool& events) {
@@ -124,8 +122,7 @@ status stream_arena::wait_idle(std::uint64_t epoch, device& dev, event_pool& eve
       break;
     }
   }
-  auto polled = poll(dev, events);
-  return polled ? status{} : polled.error();
+  return poll(dev, events);
 }
 
 void stream_arena::drop_events(event_pool& events) {

@@ -102,8 +102,8 @@ class stream_arena {
   /// Records an event closing the open epoch (nothing when it holds no free).
   status seal(device& dev, event_pool& events);
   /// Advances `completed` past every sealed epoch whose event finished.
-  /// Returns true if it advanced.
-  result<bool> poll(device& dev, event_pool& events);
+  /// Errors: the device's event query (`completed` as far as it got).
+  status poll(device& dev, event_pool& events);
   /// Blocks until `epoch` is complete (sealing it first if it is open).
   status wait_idle(std::uint64_t epoch, device& dev, event_pool& events);
   /// Returns every pending event to the pool (allocator teardown).

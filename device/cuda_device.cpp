@@ -273,11 +273,11 @@ status cuda_device::do_record_event(event_handle event, stream_handle stream) {
   return {};
 }
 
-result<bool> cuda_device::do_query_event(event_handle event) {
+yes_no cuda_device::do_query_event(event_handle event) {
   context_scope scope(*this);
   const CUresult r = drv_.event_query(native(event));
-  if (r == CUDA_SUCCESS) return true;
-  if (r == CUDA_ERROR_NOT_READY) return false;
+  if (r == CUDA_SUCCESS) return yes_no{true};
+  if (r == CUDA_ERROR_NOT_READY) return yes_no{false};
   return drv_.error("cuEventQuery", r);
 }
 

@@ -60,7 +60,7 @@ class cuda_device final : public device {
   result<event_handle> do_create_event() override;
   status do_destroy_event(event_handle event) override;
   status do_record_event(event_handle event, stream_handle stream) override;
-  result<bool> do_query_event(event_handle event) override;
+  yes_no do_query_event(event_handle event) override;
   status do_synchronize_event(event_handle event) override;
   status do_stream_wait_event(stream_handle stream, event_handle event) override;
   status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) override;

@@ -109,7 +109,7 @@ status device::record_event(event_handle event, stream_handle stream) {
   return do_record_event(event, stream);
 }
 
-result<bool> device::query_event(event_handle event) {
+yes_no device::query_event(event_handle event) {
   if (event.native == nullptr) return invalid("query_event: null event");
   return do_query_event(event);
 }

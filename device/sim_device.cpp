@@ -197,11 +197,11 @@ status sim_device::do_record_event(event_handle event, stream_handle stream) {
   return {};
 }
 
-result<bool> sim_device::do_query_event(event_handle event) {
+yes_no sim_device::do_query_event(event_handle event) {
   auto e = find_event(event, "query_event");
   if (!e) return e.error();
   auto mark = (*e)->latest();
-  return mark == nullptr || mark->done();
+  return yes_no{mark == nullptr || mark->done()};
 }
 
 status sim_device::do_synchronize_event(event_handle event) {

@@ -93,7 +93,7 @@ bool residency_manager::retire(buffer& b, bool wait) {
     stats_.fill_wait_ns += static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count());
-  } else if (auto done = d.query_event(b.filled); done && !*done) {
+  } else if (auto done = d.query_event(b.filled); done.ok() && !done.yes()) {
     return false;
   }
   host_->free(b.staging);

@@ -159,8 +159,8 @@ class STRATA_API device {
   /// mark; `query_event` and waits use the latest record.
   status record_event(event_handle event, stream_handle stream);
 
-  /// True when the work before the latest record has finished. Never blocks.
-  result<bool> query_event(event_handle event);
+  /// Yes when the work before the latest record has finished. Never blocks.
+  yes_no query_event(event_handle event);
 
   /// Blocks until the work before the latest record has finished.
   status synchronize_event(event_handle event);
@@ -220,7 +220,7 @@ class STRATA_API device {
   virtual result<event_handle> do_create_event() = 0;
   virtual status do_destroy_event(event_handle event) = 0;
   virtual status do_record_event(event_handle event, stream_handle stream) = 0;
-  virtual result<bool> do_query_event(event_handle event) = 0;
+  virtual yes_no do_query_event(event_handle event) = 0;
   virtual status do_synchronize_event(event_handle event) = 0;
   virtual status do_stream_wait_event(stream_handle stream, event_handle event) = 0;
   virtual status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) = 0;

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "strata/export.hpp"
@@ -74,9 +75,12 @@ class [[nodiscard]] STRATA_API status {
   std::unique_ptr<std::string> message_;  // null on success
 };
 
-/// A value of type T, or the error that prevented it.
+/// A value of type T, or the error that prevented it. A fallible yes/no is
+/// a `yes_no`, not a `result<bool>` (whose `if (r)` would read as the answer).
 template <class T>
 class [[nodiscard]] result {
+  static_assert(!std::is_same_v<T, bool>, "a fallible yes/no is strata::yes_no");
+
  public:
   result(T value) : value_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
   result(status error) : status_(std::move(error)) {  // NOLINT(google-explicit-constructor)
@@ -110,6 +114,31 @@ class [[nodiscard]] result {
 
  private:
   std::optional<T> value_;
+  status status_;
+};
+
+/// The answer to a yes/no question that can fail (has the event completed?
+/// did memory come free?). It has no conversion to bool, so `if (r)` cannot
+/// be mistaken for the answer: `ok()` says "no error", `yes()` is the answer.
+class [[nodiscard]] yes_no {
+ public:
+  explicit yes_no(bool answer) noexcept : answer_(answer) {}
+  yes_no(status error) : status_(std::move(error)) {  // NOLINT(google-explicit-constructor)
+    assert(!status_.ok());
+  }
+
+  [[nodiscard]] bool ok() const noexcept { return status_.ok(); }
+  /// The error; `ok()` when an answer is held.
+  [[nodiscard]] const status& error() const noexcept { return status_; }
+  [[nodiscard]] errc code() const noexcept { return status_.code(); }
+  /// The answer. Precondition: `ok()`.
+  [[nodiscard]] bool yes() const noexcept {
+    assert(ok());
+    return answer_;
+  }
+
+ private:
+  bool answer_ = false;
   status status_;
 };
 

@@ -143,7 +143,7 @@ TYPED_TEST(DeviceTest, CrossStreamWaitSeesTheWriteBeforeTheEvent) {
   if (TypeParam::configurable()) {
     auto done = dev.query_event(*ev);
     ASSERT_TRUE(done.ok());
-    EXPECT_FALSE(*done) << "the slow stream finished an 8 MiB copy instantly";
+    EXPECT_FALSE(done.yes()) << "the slow stream finished an 8 MiB copy instantly";
   }
   ASSERT_TRUE(dev.stream_wait_event(*b, *ev).ok());
   ASSERT_TRUE(dev.copy_async(out.data(), d, out.size(), copy_direction::device_to_host, *b).ok());
@@ -151,7 +151,7 @@ TYPED_TEST(DeviceTest, CrossStreamWaitSeesTheWriteBeforeTheEvent) {
   EXPECT_EQ(out, in) << "stream B read before stream A's write was done";
   auto done = dev.query_event(*ev);
   ASSERT_TRUE(done.ok());
-  EXPECT_TRUE(*done);
+  EXPECT_TRUE(done.yes());
   EXPECT_TRUE(dev.destroy_event(*ev).ok());
   EXPECT_TRUE(dev.destroy_stream(*a).ok());
   EXPECT_TRUE(dev.destroy_stream(*b).ok());
@@ -167,7 +167,7 @@ TYPED_TEST(DeviceTest, EventNeverRecordedIsCompleteAndSynchronizeWaits) {
   ASSERT_TRUE(ev.ok());
   auto done = dev.query_event(*ev);
   ASSERT_TRUE(done.ok());
-  EXPECT_TRUE(*done);
+  EXPECT_TRUE(done.yes());
   auto s = dev.create_stream();
   ASSERT_TRUE(s.ok());
   std::atomic<int> ran{0};
@@ -178,7 +178,7 @@ TYPED_TEST(DeviceTest, EventNeverRecordedIsCompleteAndSynchronizeWaits) {
   EXPECT_EQ(ran.load(), 5);
   done = dev.query_event(*ev);
   ASSERT_TRUE(done.ok());
-  EXPECT_TRUE(*done);
+  EXPECT_TRUE(done.yes());
   EXPECT_TRUE(dev.destroy_event(*ev).ok());
   EXPECT_TRUE(dev.destroy_stream(*s).ok());
 }

@@ -126,8 +126,8 @@ CUresult fake_driver::event_query(CUevent event) {
   gpu* g = event_gpu(event);
   if (g == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto done = g->sim->query_event(strata::event_handle{event});
-  if (!done) return to_result(done.error());
-  return *done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  if (!done.ok()) return to_result(done.error());
+  return done.yes() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult fake_driver::event_synchronize(CUevent event) {
