@@ -1,8 +1,8 @@
 #include "cuda_driver.hpp"
 
-#include <dlfcn.h>
-
 #include <string>
+
+#include "strata/shared_library.hpp"
 
 namespace strata {
 
@@ -15,9 +15,11 @@ using get_proc_address_v2 = CUresult (*)(const char*, void**, int, cuuint64_t,
 using get_proc_address_v1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 
 // Resolves every entry point of `d` through the driver's cuGetProcAddress.
-status resolve(void* lib, cuda_driver& d) {
-  auto* v2 = reinterpret_cast<get_proc_address_v2>(dlsym(lib, "cuGetProcAddress_v2"));
-  auto* v1 = reinterpret_cast<get_proc_address_v1>(dlsym(lib, "cuGetProcAddress"));
+status resolve(const shared_library& lib, cuda_driver& d) {
+  get_proc_address_v2 v2 = nullptr;
+  get_proc_address_v1 v1 = nullptr;
+  lib.find("cuGetProcAddress_v2", v2);
+  lib.find("cuGetProcAddress", v1);
   if (v2 == nullptr && v1 == nullptr) {
     return {errc::device_error, "libcuda.so.1 has no cuGetProcAddress: the driver is too old"};
   }
@@ -80,11 +82,9 @@ status resolve(void* lib, cuda_driver& d) {
 result<cuda_driver> load() {
   // The library stays loaded for the life of the process: the driver does
   // not support being unloaded while contexts exist.
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();  // NOLINT(concurrency-mt-unsafe): no thread-safe form exists
-    return status{errc::no_driver, std::string("no CUDA driver (libcuda.so.1 not found") +
-                                       (why != nullptr ? std::string(": ") + why : "") + ")"};
+  static const shared_library lib("libcuda.so.1");
+  if (auto s = lib.open(); !s) {
+    return status{errc::no_driver, "no CUDA driver (libcuda.so.1 not found: " + s.message() + ")"};
   }
   cuda_driver d;
   if (auto s = resolve(lib, d); !s) return s;

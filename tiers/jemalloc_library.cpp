@@ -1,19 +1,17 @@
 #include "jemalloc_library.hpp"
 
-#include <dlfcn.h>
-
 #include <string>
+
+#include "strata/shared_library.hpp"
 
 namespace strata {
 
 namespace {
 
 result<jemalloc_library> load() {
-  void* lib = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();  // NOLINT(concurrency-mt-unsafe): no thread-safe form
-    std::string message = std::string("pinned host tier: cannot load jemalloc: ") +
-                          (why != nullptr ? why : "unknown error");
+  static const shared_library lib("libjemalloc.so.2");
+  if (auto s = lib.open(); !s) {
+    std::string message = "pinned host tier: cannot load jemalloc: " + s.message();
     if (message.find("static TLS") != std::string::npos) {
       message +=
           ". jemalloc needs static TLS that a library loaded after start-up does not get: "
@@ -24,12 +22,8 @@ result<jemalloc_library> load() {
     return status{errc::not_supported, std::move(message)};
   }
   jemalloc_library j;
-  const auto find = [&](const char* name, auto& fn) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-    return fn != nullptr;
-  };
-  if (!find("mallocx", j.mallocx) || !find("dallocx", j.dallocx) || !find("sallocx", j.sallocx) ||
-      !find("mallctl", j.mallctl)) {
+  if (!lib.find("mallocx", j.mallocx) || !lib.find("dallocx", j.dallocx) ||
+      !lib.find("sallocx", j.sallocx) || !lib.find("mallctl", j.mallctl)) {
     return status{errc::not_supported,
                   "pinned host tier: libjemalloc.so.2 lacks mallocx/dallocx/sallocx/mallctl"};
   }

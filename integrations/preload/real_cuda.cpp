@@ -1,15 +1,16 @@
 #include "real_cuda.hpp"
 
-#include <dlfcn.h>
+#include "strata/shared_library.hpp"
 
 namespace strata::preload {
 
 namespace {
 
+// The next definition after the shim's own; else `library`'s, if given.
 template <class Fn>
-void find(Fn& fn, const char* name, void* library) {
-  void* p = dlsym(RTLD_NEXT, name);
-  if (p == nullptr && library != nullptr) p = dlsym(library, name);
+void find(Fn& fn, const char* name, const shared_library* library) {
+  void* p = shared_library::find_next(name);
+  if (p == nullptr && library != nullptr) p = library->find(name);
   fn = reinterpret_cast<Fn>(p);
 }
 
@@ -25,15 +26,15 @@ real_cuda load() {
   find(r.get_device, "cudaGetDevice", nullptr);
   // Already loaded (the runtime dlopens it) or not used at all: RTLD_NOLOAD
   // never loads a driver the program did not want.
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  find(r.mem_alloc, "cuMemAlloc_v2", driver);
-  find(r.mem_free, "cuMemFree_v2", driver);
-  find(r.mem_alloc_async, "cuMemAllocAsync", driver);
-  find(r.mem_free_async, "cuMemFreeAsync", driver);
-  find(r.cu_mem_get_info, "cuMemGetInfo_v2", driver);
-  find(r.ctx_get_device, "cuCtxGetDevice", driver);
-  find(r.get_proc_address, "cuGetProcAddress_v2", driver);
-  find(r.get_proc_address_v1, "cuGetProcAddress", driver);
+  static const shared_library driver("libcuda.so.1", shared_library::open_mode::if_already_loaded);
+  find(r.mem_alloc, "cuMemAlloc_v2", &driver);
+  find(r.mem_free, "cuMemFree_v2", &driver);
+  find(r.mem_alloc_async, "cuMemAllocAsync", &driver);
+  find(r.mem_free_async, "cuMemFreeAsync", &driver);
+  find(r.cu_mem_get_info, "cuMemGetInfo_v2", &driver);
+  find(r.ctx_get_device, "cuCtxGetDevice", &driver);
+  find(r.get_proc_address, "cuGetProcAddress_v2", &driver);
+  find(r.get_proc_address_v1, "cuGetProcAddress", &driver);
   return r;
 }
 
