@@ -131,10 +131,10 @@ unsigned char* nvme_store::bounce(std::size_t slot) {
   return bounce_ + slot * options_.nvme_block_size;
 }
 
-status nvme_store::fail(io_kind kind, const request& r, int result) {
+status nvme_store::fail(io_kind kind, std::uint64_t offset, std::size_t length, int result) {
   const std::string what = std::string(kind == io_kind::write ? "write" : "read") + " of " +
-                           std::to_string(r.length) + " bytes at offset " +
-                           std::to_string(r.offset) + " in " + options_.nvme_dir;
+                           std::to_string(length) + " bytes at offset " + std::to_string(offset) +
+                           " in " + options_.nvme_dir;
   if (result == -ENOSPC) {
     return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
   }
@@ -167,120 +167,164 @@ status nvme_store::reserve_file(std::uint64_t end) {
   return {};
 }
 
-template <class Check, class Fill>
-status nvme_store::transfer(io_kind kind, std::uint64_t offset, unsigned char* user,
-                            std::size_t bytes, Check check, unsigned char* trailer, Fill fill) {
+// One request: a block_size piece of the transfer (the last may be shorter).
+struct nvme_store::request {
+  std::uint64_t offset = 0;  // in the file
+  std::size_t length = 0;    // bytes moved (a logical-block multiple)
+  std::size_t user = 0;      // where it starts in the caller's buffer
+  std::size_t useful = 0;    // bytes of it that belong to the caller
+  unsigned char* buffer = nullptr;
+  bool bounced = false;    // through a bounce slot (unaligned, partial, or a sink)
+  std::uint32_t slot = 0;  // its bounce slot, if bounced
+  bool done = false;       // completed in full
+};
+
+struct nvme_store::transfer {
+  io_kind kind = io_kind::read;
+  unsigned char* user = nullptr;  // null: a sink read
+  unsigned char* trailer = nullptr;
+  trailer_fields fields;
+  std::vector<request> reqs;  // the data requests, then the trailer if any
+  std::size_t data_requests = 0;
+  std::vector<std::uint32_t> free_slots;
+  std::size_t next_submit = 0;
+  std::size_t next_check = 0;  // requests before it are checksummed
+  std::size_t in_flight = 0;
+  std::uint32_t crc = 0;
+  status error;
+};
+
+nvme_store::transfer nvme_store::plan(io_kind kind, std::uint64_t offset, unsigned char* user,
+                                      std::size_t bytes, unsigned char* trailer,
+                                      trailer_fields fields) {
+  transfer t;
+  t.kind = kind;
+  t.user = user;
+  t.trailer = trailer;
+  t.fields = fields;
+  const std::size_t span = space_.rounded(bytes);
+  const std::size_t bs = options_.nvme_block_size;
+  t.data_requests = (span + bs - 1) / bs;
+  t.reqs.resize(t.data_requests + (trailer != nullptr ? 1 : 0));
+  for (std::size_t i = 0; i < t.data_requests; ++i) {
+    request& r = t.reqs[i];
+    r.user = i * bs;
+    r.offset = offset + r.user;
+    r.length = std::min(bs, span - r.user);
+    r.useful = std::min(r.length, bytes - r.user);
+    r.bounced = user == nullptr || reinterpret_cast<std::uintptr_t>(user + r.user) % block_ != 0 ||
+                r.useful != r.length;
+    r.buffer = r.bounced ? nullptr : user + r.user;  // a bounce slot at submission
+  }
+  if (trailer != nullptr) t.reqs.back() = {offset + span, block_, 0, 0, trailer, false, 0, false};
+  t.free_slots.resize(options_.nvme_queue_depth);
+  for (std::uint32_t s = 0; s < options_.nvme_queue_depth; ++s) t.free_slots[s] = s;
+  return t;
+}
+
+bool nvme_store::submit(transfer& t) {
+  unsigned queued = 0;
+  // A sink read holds each slot until its bytes are checked, in order.
+  while (t.error.ok() && t.next_submit < t.reqs.size() && t.in_flight < options_.nvme_queue_depth &&
+         !t.free_slots.empty()) {
+    const std::size_t i = t.next_submit;
+    request& r = t.reqs[i];
+    if (i == t.data_requests) {  // the trailer, after every data request is checked
+      write_trailer(t.trailer, block_, t.fields.id, t.fields.bytes, t.crc);
+    }
+    if (r.bounced) {
+      r.slot = t.free_slots.back();
+      r.buffer = bounce(r.slot);
+      if (r.buffer == nullptr) {
+        t.error = {errc::out_of_memory, "nvme store: no host memory for bounce buffers"};
+        break;
+      }
+      t.free_slots.pop_back();
+    }
+    if (t.kind == io_kind::write && i < t.data_requests) {
+      if (r.bounced) {
+        std::memcpy(r.buffer, t.user + r.user, r.useful);
+        std::memset(r.buffer + r.useful, 0, r.length - r.useful);
+      }
+      t.crc = crc32c(t.crc, t.user + r.user, r.useful);  // in order, before the bytes leave
+    }
+    io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
+    if (t.kind == io_kind::write) {
+      io_uring_prep_write(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
+    } else {
+      io_uring_prep_read(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
+    }
+    io_uring_sqe_set_data64(sqe, i);
+    ++t.next_submit;
+    ++t.in_flight;
+    ++queued;
+  }
+  if (queued == 0) return false;
+  if (int rc = io_uring_submit(ring_.get()); rc < 0) {
+    // This round never reached the disk; what went before is still reaped.
+    // Its entries stay queued in the ring, so the ring is done.
+    t.in_flight -= queued;
+    ring_failure_ = "io_uring_submit failed: " + why(-rc);
+    if (t.error.ok()) t.error = {errc::io_error, "nvme store: " + ring_failure_};
+    return false;
+  }
+  return true;
+}
+
+bool nvme_store::complete(transfer& t) {
+  io_uring_cqe* cqe = nullptr;
+  int rc = 0;
+  do {
+    rc = io_uring_wait_cqe(ring_.get(), &cqe);
+  } while (rc == -EINTR);
+  if (rc < 0) {
+    // Requests in flight cannot be reaped; the ring is done (its teardown
+    // in the destructor waits for them).
+    ring_failure_ = "io_uring_wait_cqe failed: " + why(-rc);
+    t.error = {errc::io_error, "nvme store: " + ring_failure_};
+    return false;
+  }
+  const auto i = static_cast<std::size_t>(io_uring_cqe_get_data64(cqe));
+  int result = cqe->res;
+  io_uring_cqe_seen(ring_.get(), cqe);
+  --t.in_flight;
+  request& r = t.reqs[i];
+  if (faults_ != nullptr) result = faults_->complete(t.kind, r.offset, r.buffer, r.length, result);
+  const bool sink = t.user == nullptr;
+  if (result != static_cast<int>(r.length)) {
+    if (t.error.ok()) t.error = fail(t.kind, r.offset, r.length, result);
+  } else if (t.kind == io_kind::read) {
+    if (r.bounced && !sink) std::memcpy(t.user + r.user, r.buffer, r.useful);
+    r.done = true;
+    while (t.next_check < t.next_submit && t.reqs[t.next_check].done) {
+      const request& c = t.reqs[t.next_check];
+      t.crc = crc32c(t.crc, sink ? c.buffer : t.user + c.user, c.useful);
+      if (sink) t.free_slots.push_back(c.slot);
+      ++t.next_check;
+    }
+    if (sink) return true;  // its slot went back once checked
+  }
+  if (r.bounced) t.free_slots.push_back(r.slot);
+  return true;
+}
+
+status nvme_store::move(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
+                        std::uint32_t& crc, unsigned char* trailer, trailer_fields fields) {
   if (!ring_failure_.empty()) {
     return {errc::io_error,
             "nvme store: its io_uring failed earlier (" + ring_failure_ + "); open a new store"};
   }
-  const std::size_t span = space_.rounded(bytes);
-  const std::size_t bs = options_.nvme_block_size;
-  const std::size_t data_requests = (span + bs - 1) / bs;
-  const std::size_t n = data_requests + (trailer != nullptr ? 1 : 0);
-  std::vector<request> reqs(n);
-  std::vector<std::uint32_t> slot_of(n, 0);
-  std::vector<char> done(n, 0);
-  std::vector<std::uint32_t> free_slots(options_.nvme_queue_depth);
-  for (std::uint32_t s = 0; s < options_.nvme_queue_depth; ++s) free_slots[s] = s;
-  std::size_t next_submit = 0;
-  std::size_t next_check = 0;
-  std::size_t in_flight = 0;
-  status error;
-  while (in_flight > 0 || (error.ok() && next_submit < n)) {
-    unsigned queued = 0;
-    // A sink read holds each slot until its bytes are checked, in order.
-    while (error.ok() && next_submit < n && in_flight < options_.nvme_queue_depth &&
-           !free_slots.empty()) {
-      const std::size_t i = next_submit;
-      request& r = reqs[i];
-      if (i == data_requests) {  // the trailer, after every data request
-        fill(trailer);
-        r = {offset + span, block_, 0, 0, trailer, false};
-      } else {
-        r.user = i * bs;
-        r.offset = offset + r.user;
-        r.length = std::min(bs, span - r.user);
-        r.useful = std::min(r.length, bytes - r.user);
-        r.bounced = user == nullptr ||
-                    reinterpret_cast<std::uintptr_t>(user + r.user) % block_ != 0 ||
-                    r.useful != r.length;
-        r.buffer = r.bounced ? nullptr : user + r.user;  // a bounce slot below
-      }
-      if (r.bounced) {
-        slot_of[i] = free_slots.back();
-        free_slots.pop_back();
-        r.buffer = bounce(slot_of[i]);
-        if (r.buffer == nullptr) {
-          error = {errc::out_of_memory, "nvme store: no host memory for bounce buffers"};
-          free_slots.push_back(slot_of[i]);
-          break;
-        }
-      }
-      if (kind == io_kind::write && i < data_requests) {
-        if (r.bounced) {
-          std::memcpy(r.buffer, user + r.user, r.useful);
-          std::memset(r.buffer + r.useful, 0, r.length - r.useful);
-        }
-        check(user + r.user, r.useful);  // in order, before the bytes leave
-      }
-      io_uring_sqe* sqe = io_uring_get_sqe(ring_.get());
-      if (kind == io_kind::write) {
-        io_uring_prep_write(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
-      } else {
-        io_uring_prep_read(sqe, fd_, r.buffer, static_cast<unsigned>(r.length), r.offset);
-      }
-      io_uring_sqe_set_data64(sqe, i);
-      ++next_submit;
-      ++in_flight;
-      ++queued;
-    }
-    if (queued > 0) {
-      if (int rc = io_uring_submit(ring_.get()); rc < 0) {
-        // This round never reached the disk; what went before is still
-        // reaped. Its entries stay queued in the ring, so the ring is done.
-        in_flight -= queued;
-        ring_failure_ = "io_uring_submit failed: " + why(-rc);
-        if (error.ok()) error = {errc::io_error, "nvme store: " + ring_failure_};
-      }
-    }
-    if (in_flight == 0) {  // an error stopped the submissions before any went out
-      if (error.ok()) error = {errc::io_error, "nvme store: no request could be submitted"};
+  transfer t = plan(kind, offset, user, bytes, trailer, fields);
+  while (t.in_flight > 0 || (t.error.ok() && t.next_submit < t.reqs.size())) {
+    (void)submit(t);
+    if (t.in_flight == 0) {  // an error stopped the submissions before any went out
+      if (t.error.ok()) t.error = {errc::io_error, "nvme store: no request could be submitted"};
       break;
     }
-    io_uring_cqe* cqe = nullptr;
-    int rc = 0;
-    do {
-      rc = io_uring_wait_cqe(ring_.get(), &cqe);
-    } while (rc == -EINTR);
-    if (rc < 0) {
-      // Requests in flight cannot be reaped; the ring is done (its teardown
-      // in the destructor waits for them).
-      ring_failure_ = "io_uring_wait_cqe failed: " + why(-rc);
-      return {errc::io_error, "nvme store: " + ring_failure_};
-    }
-    const auto i = static_cast<std::size_t>(io_uring_cqe_get_data64(cqe));
-    int result = cqe->res;
-    io_uring_cqe_seen(ring_.get(), cqe);
-    --in_flight;
-    request& r = reqs[i];
-    if (faults_ != nullptr) result = faults_->complete(kind, r.offset, r.buffer, r.length, result);
-    if (result != static_cast<int>(r.length)) {
-      if (error.ok()) error = fail(kind, r, result);
-    } else if (kind == io_kind::read) {
-      if (r.bounced && user != nullptr) std::memcpy(user + r.user, r.buffer, r.useful);
-      done[i] = 1;
-      while (next_check < next_submit && done[next_check] != 0) {
-        const request& c = reqs[next_check];
-        check(user != nullptr ? user + c.user : c.buffer, c.useful);
-        if (user == nullptr) free_slots.push_back(slot_of[next_check]);
-        ++next_check;
-      }
-      if (user == nullptr) continue;  // its slot went back once checked
-    }
-    if (r.bounced) free_slots.push_back(slot_of[i]);
+    if (!complete(t)) break;
   }
-  return error;
+  crc = t.crc;
+  return std::move(t.error);
 }
 
 result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
@@ -310,10 +354,7 @@ result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
   // The trailer says whose extent this is; it goes out with the data.
   std::vector<unsigned char> trailer_storage(2 * block_);
   unsigned char* trailer = aligned_block(trailer_storage, block_);
-  const status st = transfer(
-      io_kind::write, *offset, user, bytes,
-      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, trailer,
-      [&](unsigned char* t) { write_trailer(t, block_, id, bytes, crc); });
+  const status st = move(io_kind::write, *offset, user, bytes, crc, trailer, {id, bytes});
   if (!st) {
     space_.give(*offset, span);
     ++stats_.failed;
@@ -338,10 +379,7 @@ status nvme_store::read(std::uint64_t id, void* dst, std::size_t bytes) {
                    " bytes, not " + std::to_string(bytes));
   }
   std::uint32_t crc = 0;
-  status st = transfer(
-      io_kind::read, e.offset, static_cast<unsigned char*>(dst), bytes,
-      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, nullptr,
-      [](unsigned char*) {});
+  status st = move(io_kind::read, e.offset, static_cast<unsigned char*>(dst), bytes, crc);
   if (st && crc != e.crc) st = mismatch(id, e, crc, "failed its checksum");
   if (!st) {
     ++stats_.failed;
@@ -372,18 +410,13 @@ status nvme_store::verify(std::uint64_t id) {
   // A sink read: the bytes pass through the bounce buffers, checksummed in
   // order, and go nowhere. Then the trailer, block for block.
   std::uint32_t crc = 0;
-  const auto none = [](const unsigned char*, std::size_t) {};
-  const auto no_trailer = [](unsigned char*) {};
-  status st = transfer(
-      io_kind::read, e.offset, nullptr, e.bytes,
-      [&](const unsigned char* p, std::size_t n) { crc = crc32c(crc, p, n); }, nullptr, no_trailer);
+  status st = move(io_kind::read, e.offset, nullptr, e.bytes, crc);
   if (st && crc != e.crc) st = mismatch(id, e, crc, "does not read back as written");
   std::vector<unsigned char> read_storage(2 * block_);
   std::vector<unsigned char> expected(block_);
   unsigned char* trailer = aligned_block(read_storage, block_);
-  if (st)
-    st = transfer(io_kind::read, e.offset + e.span - block_, trailer, block_, none, nullptr,
-                  no_trailer);
+  std::uint32_t trailer_crc = 0;
+  if (st) st = move(io_kind::read, e.offset + e.span - block_, trailer, block_, trailer_crc);
   if (st) {
     write_trailer(expected.data(), block_, id, e.bytes, e.crc);
     if (std::memcmp(trailer, expected.data(), block_) != 0) {

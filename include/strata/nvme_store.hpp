@@ -116,30 +116,37 @@ class STRATA_API nvme_store {
     std::uint64_t span;  // data rounded up + the trailer block
     std::uint32_t crc;
   };
-  // One request of a transfer.
-  struct request {
-    std::uint64_t offset;  // in the file
-    std::size_t length;    // bytes moved (a block multiple)
-    std::size_t user;      // where it starts in the caller's buffer
-    std::size_t useful;    // bytes of it that belong to the caller
-    unsigned char* buffer;
-    bool bounced;
+  // One transfer under way: its requests and how far each has got.
+  struct transfer;
+  struct request;
+  // What a write's trailer names: the extent's id and size (the crc is the
+  // transfer's own, complete when the trailer is filled).
+  struct trailer_fields {
+    std::uint64_t id;
+    std::uint64_t bytes;
   };
 
   nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
              io_faults* faults);
-  // Moves [offset, offset + span) of the file to or from `user` in requests
-  // of block_size, queue_depth at a time. `check` is called in order on
-  // each request's useful bytes once they are in `user` (reads) or before
-  // they are submitted (writes). Needs mu_.
-  // A write may end with `trailer` (one logical block), filled by `fill`
-  // once every data request is submitted, and written in the same pipeline.
-  // A read with a null `user` is a sink: every request goes through a bounce
-  // buffer, which `check` sees, held until it has.
-  template <class Check, class Fill>
-  status transfer(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
-                  Check check, unsigned char* trailer, Fill fill);
-  status fail(io_kind kind, const request& r, int result);
+  // Moves [offset, offset + rounded(bytes)) of the file to or from `user`
+  // in requests of block_size, queue_depth at a time, checksumming the
+  // user's bytes in order (crc32c into `crc`: writes before they leave,
+  // reads once they are in). A write may end with `trailer` (one logical
+  // block) filled from `fields` once every data request is submitted, in
+  // the same pipeline. A read with a null `user` is a sink: every request
+  // goes through a bounce buffer, held until it is checksummed. Needs mu_.
+  status move(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
+              std::uint32_t& crc, unsigned char* trailer = nullptr, trailer_fields fields = {});
+  // The three stages of move(): the requests and their buffers' kind...
+  transfer plan(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
+                unsigned char* trailer, trailer_fields fields);
+  // ...queueing the next requests while queue depth and bounce slots
+  // allow, and submitting them (true if any went out)...
+  bool submit(transfer& t);
+  // ...and reaping one completion. False when the ring failed: what is in
+  // flight cannot be reaped, and the transfer stops.
+  bool complete(transfer& t);
+  status fail(io_kind kind, std::uint64_t offset, std::size_t length, int result);
   // Allocates file blocks up to `end` ahead of the writes (as fio does), so
   // writes do not wait for the file system to allocate; grows in steps of
   // at least 256 MiB. ENOSPC here is out_of_memory, before any data moves.
