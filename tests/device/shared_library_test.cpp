@@ -52,8 +52,8 @@ TEST(SharedLibrary, ConcurrentFirstUsesOpenOnce) {
   const shared_library libc("libc.so.6");
   std::vector<void*> found(8);
   std::vector<std::thread> threads;
-  for (std::size_t i = 0; i < found.size(); ++i) {
-    threads.emplace_back([&, i] { found[i] = libc.find("strlen"); });
+  for (void*& slot : found) {
+    threads.emplace_back([&libc, &slot] { slot = libc.find("strlen"); });
   }
   for (auto& t : threads) t.join();
   for (void* p : found) EXPECT_EQ(p, found[0]);
