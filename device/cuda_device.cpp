@@ -107,6 +107,7 @@ cuda_device::~cuda_device() {
     for (const auto& [base, bytes] : reservations_) drv_.mem_address_free(dptr(base), bytes);
     for (void* p : host_buffers_) drv_.mem_free_host(p);
     for (void* p : registrations_) drv_.mem_host_unregister(p);
+    for (void* m : modules_) drv_.module_unload(static_cast<CUmodule>(m));
   }
   drv_.primary_ctx_release(dev_);
 }
@@ -370,6 +371,42 @@ status cuda_device::do_host_unregister(void* ptr) {
   }
   std::lock_guard lock(mu_);
   registrations_.erase(ptr);
+  return {};
+}
+
+result<module_handle> cuda_device::do_load_module(const void* image) {
+  context_scope scope(*this);
+  CUmodule module = nullptr;
+  if (CUresult r = drv_.module_load_data(&module, image); r != CUDA_SUCCESS) {
+    return drv_.error("cuModuleLoadData", r);
+  }
+  std::lock_guard lock(mu_);
+  modules_.insert(module);
+  return module_handle{module};
+}
+
+result<kernel_handle> cuda_device::do_get_kernel(module_handle module, const char* name) {
+  context_scope scope(*this);
+  CUfunction fn = nullptr;
+  if (CUresult r = drv_.module_get_function(&fn, static_cast<CUmodule>(module.native), name);
+      r != CUDA_SUCCESS) {
+    if (r == CUDA_ERROR_NOT_FOUND) {
+      return status{errc::invalid_argument,
+                    std::string("get_kernel: the module has no kernel ") + name};
+    }
+    return drv_.error("cuModuleGetFunction", r);
+  }
+  return kernel_handle{fn};
+}
+
+status cuda_device::do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
+                                     void** params) {
+  context_scope scope(*this);
+  if (CUresult r = drv_.launch_kernel(static_cast<CUfunction>(kernel.native), shape.blocks, 1, 1,
+                                      shape.threads, 1, 1, 0, native(stream), params, nullptr);
+      r != CUDA_SUCCESS) {
+    return drv_.error("cuLaunchKernel", r);
+  }
   return {};
 }
 

@@ -76,6 +76,10 @@ status resolve(const shared_library& lib, cuda_driver& d) {
   need("cuMemHostRegister", d.mem_host_register);
   need("cuMemHostUnregister", d.mem_host_unregister);
   need("cuLaunchHostFunc", d.launch_host_func);
+  need("cuModuleLoadData", d.module_load_data);
+  need("cuModuleUnload", d.module_unload);
+  need("cuModuleGetFunction", d.module_get_function);
+  need("cuLaunchKernel", d.launch_kernel);
   return s;
 }
 

@@ -56,6 +56,10 @@ struct cuda_driver {
   decltype(&::cuMemHostRegister) mem_host_register = nullptr;
   decltype(&::cuMemHostUnregister) mem_host_unregister = nullptr;
   decltype(&::cuLaunchHostFunc) launch_host_func = nullptr;
+  decltype(&::cuModuleLoadData) module_load_data = nullptr;
+  decltype(&::cuModuleUnload) module_unload = nullptr;
+  decltype(&::cuModuleGetFunction) module_get_function = nullptr;
+  decltype(&::cuLaunchKernel) launch_kernel = nullptr;
   // clang-format on
 
   /// The process-wide driver table, loaded and cuInit'ed on first use.

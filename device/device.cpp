@@ -167,6 +167,26 @@ status device::host_register(void* ptr, std::size_t bytes) {
   return do_host_register(ptr, bytes);
 }
 
+result<module_handle> device::load_module(const void* image) {
+  if (image == nullptr) return invalid("load_module: null image");
+  return do_load_module(image);
+}
+
+result<kernel_handle> device::get_kernel(module_handle module, const char* name) {
+  if (module.native == nullptr || name == nullptr)
+    return invalid("get_kernel: null module or name");
+  return do_get_kernel(module, name);
+}
+
+status device::launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
+                             void** params) {
+  if (kernel.native == nullptr) return invalid("launch_kernel: null kernel");
+  if (shape.blocks == 0 || shape.threads == 0 || shape.threads > 1024) {
+    return invalid("launch_kernel: blocks must be at least 1 and threads 1 to 1024");
+  }
+  return do_launch_kernel(stream, kernel, shape, params);
+}
+
 status device::host_unregister(void* ptr) {
   if (ptr == nullptr) return invalid("host_unregister: null pointer");
   return do_host_unregister(ptr);

@@ -318,4 +318,20 @@ status sim_device::do_host_unregister(void* ptr) {
   return {};
 }
 
+// The sim device runs no GPU code: its kernels are host functions queued
+// with launch_host_fn.
+result<module_handle> sim_device::do_load_module(const void* /*image*/) {
+  return status{errc::not_supported,
+                "sim device: no GPU code runs here (queue host functions with launch_host_fn)"};
+}
+
+result<kernel_handle> sim_device::do_get_kernel(module_handle /*module*/, const char* /*name*/) {
+  return status{errc::invalid_argument, "sim device: get_kernel: no module was loaded"};
+}
+
+status sim_device::do_launch_kernel(stream_handle /*stream*/, kernel_handle /*kernel*/,
+                                    launch_shape /*shape*/, void** /*params*/) {
+  return {errc::invalid_argument, "sim device: launch_kernel: no kernel was loaded"};
+}
+
 }  // namespace strata

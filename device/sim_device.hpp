@@ -46,6 +46,7 @@ class sim_device final : public device {
   sim_device(const sim_config& config, std::unique_ptr<sim_memory> memory);
 
   [[nodiscard]] std::string do_name() const override;
+  [[nodiscard]] bool do_memory_is_host() const noexcept override { return true; }
   result<memory_info> do_get_memory_info() override;
   result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) override;
   status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;
@@ -72,6 +73,10 @@ class sim_device final : public device {
   status do_host_free(void* ptr) override;
   status do_host_register(void* ptr, std::size_t bytes) override;
   status do_host_unregister(void* ptr) override;
+  result<module_handle> do_load_module(const void* image) override;
+  result<kernel_handle> do_get_kernel(module_handle module, const char* name) override;
+  status do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
+                          void** params) override;
 
   // The stream behind a handle; invalid_argument for an unknown one.
   result<std::shared_ptr<sim_stream>> find_stream(stream_handle stream, const char* what);

@@ -71,6 +71,19 @@ struct memory_info {
 
 enum class copy_direction { host_to_device, device_to_host, device_to_device };
 
+/// Loaded GPU code (`cuda`: a CUmodule) and a kernel in it (a CUfunction).
+struct module_handle {
+  void* native = nullptr;
+};
+struct kernel_handle {
+  void* native = nullptr;
+};
+/// A launch's shape: blocks in the grid and threads per block (1-D).
+struct launch_shape {
+  unsigned blocks = 1;
+  unsigned threads = 1;
+};
+
 /// A host function run in stream order (see `launch_host_fn`). It must not
 /// call into the device.
 using host_fn = void (*)(void* arg);
@@ -97,6 +110,10 @@ class STRATA_API device {
 
   /// Total and currently free physical memory of the device.
   result<memory_info> get_memory_info() { return do_get_memory_info(); }
+
+  /// True when device memory is host memory the CPU may read and write
+  /// once mapped and accessible (`sim`); false for a real GPU (`cuda`).
+  [[nodiscard]] bool memory_is_host() const noexcept { return do_memory_is_host(); }
 
   // --- virtual address ranges -------------------------------------------
 
@@ -188,6 +205,23 @@ class STRATA_API device {
   status copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                     stream_handle stream);
 
+  // --- GPU code -----------------------------------------------------------
+
+  /// Loads GPU code for this device: a fatbin or cubin image, as
+  /// cuModuleLoadData takes it (the image may be freed after the call). The
+  /// module stays loaded until the device is destroyed. Errors:
+  /// not_supported on `sim` (it runs host code: `launch_host_fn`); the
+  /// driver's (invalid_argument for an image it cannot use).
+  result<module_handle> load_module(const void* image);
+  /// The kernel `name` (an extern "C" __global__ function) of `module`.
+  /// Errors: invalid_argument when the module has none of that name.
+  result<kernel_handle> get_kernel(module_handle module, const char* name);
+  /// Queues `kernel` on `stream`: `shape.blocks` blocks of `shape.threads`
+  /// threads, `params` pointing at each argument in order (cuLaunchKernel's
+  /// kernelParams; the values are copied at the call). Errors: the driver's.
+  status launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
+                       void** params);
+
   // --- pinned host memory -------------------------------------------------
 
   /// Allocates `bytes` of page-locked host memory (at least 4 KiB aligned).
@@ -207,6 +241,7 @@ class STRATA_API device {
  private:
   [[nodiscard]] virtual std::string do_name() const = 0;
   virtual result<memory_info> do_get_memory_info() = 0;
+  [[nodiscard]] virtual bool do_memory_is_host() const noexcept = 0;
   virtual result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) = 0;
   virtual status do_free_reservation(std::uintptr_t base, std::size_t bytes) = 0;
   virtual result<page_run> do_create_pages(std::size_t bytes) = 0;
@@ -228,6 +263,10 @@ class STRATA_API device {
   virtual status do_synchronize() = 0;
   virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, stream_handle stream) = 0;
+  virtual result<module_handle> do_load_module(const void* image) = 0;
+  virtual result<kernel_handle> do_get_kernel(module_handle module, const char* name) = 0;
+  virtual status do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
+                                  void** params) = 0;
   virtual result<void*> do_host_alloc(std::size_t bytes) = 0;
   virtual status do_host_free(void* ptr) = 0;
   virtual status do_host_register(void* ptr, std::size_t bytes) = 0;

@@ -288,4 +288,37 @@ FAKECUDA_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn fn, void* da
       [&] { return drv().launch_host_func(stream, fn, data); });
 }
 
+FAKECUDA_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return call("cuModuleLoadData", needs::context, args(arg("module", module), arg("image", image)),
+              [&] { return drv().module_load_data(module, image); });
+}
+
+FAKECUDA_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+  return call("cuModuleUnload", needs::context, args(arg("module", hmod)),
+              [&] { return drv().module_unload(hmod); });
+}
+
+FAKECUDA_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod, const char* name) {
+  return call("cuModuleGetFunction", needs::context,
+              args(arg("function", hfunc), arg("module", hmod), arg("name", name)),
+              [&] { return drv().module_get_function(hfunc, hmod, name); });
+}
+
+FAKECUDA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX,
+                                        unsigned int blockDimY, unsigned int blockDimZ,
+                                        unsigned int sharedMemBytes, CUstream hStream,
+                                        void** kernelParams, void** extra) {
+  // The stand-in's kernels are 1-D: any other shape is refused.
+  const unsigned extra_dims =
+      gridDimY == 1 && gridDimZ == 1 && blockDimY == 1 && blockDimZ == 1 ? 1 : 0;
+  return call("cuLaunchKernel", needs::context,
+              args(arg("function", f), arg("blocks", gridDimX), arg("threads", blockDimX),
+                   arg("stream", hStream)),
+              [&] {
+                return drv().launch_kernel(f, gridDimX, blockDimX, extra_dims, sharedMemBytes,
+                                           hStream, kernelParams, extra);
+              });
+}
+
 }  // extern "C"

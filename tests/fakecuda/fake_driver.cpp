@@ -203,7 +203,8 @@ int fake_driver::configure(int ordinal, const char* sim_options) {
 
 unsigned long long fake_driver::live_objects() {
   std::lock_guard lock(mu_);
-  return handles_.size() + reservations_.size() + streams_.size() + events_.size() + host_objects_;
+  return handles_.size() + reservations_.size() + streams_.size() + events_.size() + host_objects_ +
+         modules_.size();
 }
 
 }  // namespace fakecuda

@@ -28,9 +28,17 @@
 #include "sim_device.hpp"
 
 // The driver's opaque types, defined here: a CUcontext of the stand-in
-// points at one of these.
+// points at one of these, a CUmodule and a CUfunction at the others.
 struct CUctx_st {
   int ordinal;
+};
+struct CUmod_st {
+  int ordinal;
+  std::string image;  // the fatbin's bytes
+};
+struct CUfunc_st {
+  CUmod_st* module;
+  std::string name;
 };
 
 namespace fakecuda {
@@ -98,6 +106,19 @@ class fake_driver {
   /// True for the default streams and streams created and not destroyed.
   bool stream_known(CUstream stream);
 
+  // --- modules and kernels (fake_modules.cpp) ------------------------------
+  // A module is a fatbin image (its magic and its size read from the
+  // header); its kernels are the names the image holds. Launching one of
+  // Strata's kernels (strata_adam, strata_cast, strata_pack, strata_axpy)
+  // runs its host twin on the stream, over the fake GPU's memory (host
+  // memory), with the argument struct copied at the call as the driver
+  // copies kernelParams; any other kernel is CUDA_ERROR_NOT_SUPPORTED.
+  CUresult module_load_data(CUmodule* module, const void* image);
+  CUresult module_unload(CUmodule module);
+  CUresult module_get_function(CUfunction* fn, CUmodule module, const char* name);
+  CUresult launch_kernel(CUfunction f, unsigned blocks, unsigned threads, unsigned extra_dims,
+                         unsigned shared_bytes, CUstream stream, void** params, void** extra);
+
   // --- test controls (fakecuda.h) -----------------------------------------
   int configure(int ordinal, const char* sim_options);
   unsigned long long live_objects();
@@ -152,6 +173,8 @@ class fake_driver {
   std::unordered_map<void*, int> streams_;                 // CUstream -> ordinal
   std::unordered_map<void*, int> events_;                  // CUevent -> ordinal
   std::size_t host_objects_ = 0;                           // pinned buffers + registrations
+  std::unordered_map<CUmodule, std::unique_ptr<CUmod_st>> modules_;
+  std::unordered_map<CUfunction, std::unique_ptr<CUfunc_st>> functions_;
 };
 
 /// A Strata status as the driver's result.

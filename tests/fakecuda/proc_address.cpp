@@ -26,7 +26,7 @@ void* fn(F* f) {
   return reinterpret_cast<void*>(f);
 }
 
-const std::array<entry, 42> table{{
+const std::array<entry, 46> table{{
     {"cuInit", fn(&cuInit)},
     {"cuDriverGetVersion", fn(&cuDriverGetVersion)},
     {"cuGetErrorName", fn(&cuGetErrorName)},
@@ -69,6 +69,10 @@ const std::array<entry, 42> table{{
     {"cuMemHostRegister", fn(&cuMemHostRegister)},
     {"cuMemHostUnregister", fn(&cuMemHostUnregister)},
     {"cuLaunchHostFunc", fn(&cuLaunchHostFunc)},
+    {"cuModuleLoadData", fn(&cuModuleLoadData)},
+    {"cuModuleUnload", fn(&cuModuleUnload)},
+    {"cuModuleGetFunction", fn(&cuModuleGetFunction)},
+    {"cuLaunchKernel", fn(&cuLaunchKernel)},
 }};
 
 constexpr int oldest_version = 12000;
