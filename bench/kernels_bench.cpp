@@ -106,7 +106,8 @@ void cast_to_bf16(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0) * 6);
 }
 
-void pack(benchmark::State& state) {
+// Packs (or, with `unpack`, unpacks) 64 tensors of `n` floats in all.
+void pack_or_unpack(benchmark::State& state, bool unpack) {
   const auto n = static_cast<std::size_t>(state.range(0));
   auto src = filled(n, 1.0F);
   auto flat = filled(n, 0.0F);
@@ -119,10 +120,22 @@ void pack(benchmark::State& state) {
     at += len;
   }
   for (auto _ : state) {
-    (void)strata::pack_host(pool(), entries.data(), entries.size(), flat.data(), n * 4);
+    const auto done = unpack ? strata::unpack_host(pool(), entries.data(), entries.size(),
+                                                   flat.data(), n * 4)
+                             : strata::pack_host(pool(), entries.data(), entries.size(),
+                                                 flat.data(), n * 4);
+    if (!done.ok()) state.SkipWithError("pack failed");
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * state.range(0) * 8);
+}
+
+void pack(benchmark::State& state) {
+  pack_or_unpack(state, false);
+}
+
+void unpack(benchmark::State& state) {
+  pack_or_unpack(state, true);
 }
 
 // Records each benchmark's bytes per second while printing as usual.
@@ -130,9 +143,14 @@ class recording_reporter : public benchmark::ConsoleReporter {
  public:
   std::map<std::string, double> bytes_per_second;
   std::map<std::string, double> seconds;
+  // "adam/strata/16777216/min_time:1.000/real_time" -> "adam/strata/16777216".
+  static std::string key(const std::string& name) {
+    const auto at = name.find("/min_time:");
+    return at == std::string::npos ? name : name.substr(0, at);
+  }
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
-      const std::string name = r.benchmark_name();
+      const std::string name = key(r.benchmark_name());
       if (auto it = r.counters.find("bytes_per_second"); it != r.counters.end()) {
         bytes_per_second[name] = it->second.value;
       }
@@ -142,11 +160,11 @@ class recording_reporter : public benchmark::ConsoleReporter {
   }
 };
 
-// PyTorch's fastest step per size (foreach off or on), from torch_adam.py;
-// empty when python3-torch is missing.
-std::map<std::int64_t, double> torch_times(unsigned n_threads) {
+// PyTorch's fastest step per size (foreach off or on), from torch_adam.py
+// run with `env` prepended; empty when python3-torch is missing.
+std::map<std::int64_t, double> torch_times(unsigned n_threads, const std::string& env) {
   std::map<std::int64_t, double> best;
-  std::string cmd = std::string("python3 ") + STRATA_SOURCE_DIR + "/bench/torch_adam.py " +
+  std::string cmd = env + " /usr/bin/python3 " + STRATA_SOURCE_DIR + "/bench/torch_adam.py " +
                     std::to_string(n_threads);
   for (auto s : sizes) cmd += " " + std::to_string(s);
   cmd += " 2>/dev/null";
@@ -184,25 +202,40 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->MinTime(1.0);
     benchmark::RegisterBenchmark("pack", pack)->Arg(s)->UseRealTime()->MinTime(1.0);
+    benchmark::RegisterBenchmark("unpack", unpack)->Arg(s)->UseRealTime()->MinTime(1.0);
   }
   recording_reporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   const unsigned n_threads = pool().threads();
-  const auto torch = torch_times(n_threads);
+  // As Debian ships it, PyTorch's Adam frees its temporaries every step,
+  // and glibc returns blocks of 32 MiB and more to the system: from 16M
+  // parameters each step faults its temporaries in again. Kept in glibc's
+  // heap instead (the tunables below; not the default), it runs at memory
+  // speed. Both are reported.
+  const auto torch = torch_times(n_threads, "");
+  const auto torch_kept = torch_times(
+      n_threads,
+      "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold="
+      "17179869184");
   std::printf("\nthreads: %u\n", n_threads);
   for (auto s : sizes) {
-    const std::string arg = "/" + std::to_string(s) + "/real_time";
+    const std::string arg = "/" + std::to_string(s);
     const double triad_bw = reporter.bytes_per_second["triad" + arg];
     const double adam_bw = reporter.bytes_per_second["adam/strata" + arg];
     const double adam_s = reporter.seconds["adam/strata" + arg];
     if (triad_bw == 0 || adam_bw == 0) continue;
-    std::printf("%lld params: cast vs triad bandwidth: %.2f; pack vs triad bandwidth: %.2f\n",
-                static_cast<long long>(s),
-                reporter.bytes_per_second["cast/f32_to_bf16" + arg] / triad_bw,
-                reporter.bytes_per_second["pack" + arg] / triad_bw);
+    std::printf(
+        "%lld params: cast vs triad bandwidth: %.2f; pack: %.2f; unpack: %.2f (triad %.1f GB/s)\n",
+        static_cast<long long>(s), reporter.bytes_per_second["cast/f32_to_bf16" + arg] / triad_bw,
+        reporter.bytes_per_second["pack" + arg] / triad_bw,
+        reporter.bytes_per_second["unpack" + arg] / triad_bw, triad_bw / 1e9);
     if (auto it = torch.find(s); it != torch.end()) {
       std::printf("%lld params: adam vs torch: %.2f; adam vs triad bandwidth: %.2f\n",
                   static_cast<long long>(s), it->second / adam_s, adam_bw / triad_bw);
+      if (auto kept = torch_kept.find(s); kept != torch_kept.end()) {
+        std::printf("%lld params: adam vs torch with its temporaries kept in the heap: %.2f\n",
+                    static_cast<long long>(s), kept->second / adam_s);
+      }
     } else {
       std::printf(
           "%lld params: adam vs torch: n/a (python3-torch missing); adam vs triad "

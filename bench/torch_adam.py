@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PyTorch's CPU Adam step, timed: the baseline of bench/kernels_bench.
 
 Usage: torch_adam.py THREADS N [N ...]
