@@ -120,10 +120,9 @@ void pack_or_unpack(benchmark::State& state, bool unpack) {
     at += len;
   }
   for (auto _ : state) {
-    const auto done = unpack ? strata::unpack_host(pool(), entries.data(), entries.size(),
-                                                   flat.data(), n * 4)
-                             : strata::pack_host(pool(), entries.data(), entries.size(),
-                                                 flat.data(), n * 4);
+    const auto done =
+        unpack ? strata::unpack_host(pool(), entries.data(), entries.size(), flat.data(), n * 4)
+               : strata::pack_host(pool(), entries.data(), entries.size(), flat.data(), n * 4);
     if (!done.ok()) state.SkipWithError("pack failed");
     benchmark::ClobberMemory();
   }

@@ -33,8 +33,9 @@ void f32_to_bf16_run(const float* __restrict in, std::uint16_t* __restrict out, 
   const __m128i quiet = _mm_set1_epi32(0x40);
   for (; i + 8 <= end; i += 8) {
     __m128i halves[2];
-    for (int h = 0; h < 2; ++h) {
-      const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 4 * h));
+    for (std::size_t h = 0; h < 2; ++h) {
+      const __m128i u =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + std::size_t{4} * h));
       const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, abs_mask), inf);
       const __m128i odd = _mm_and_si128(_mm_srli_epi32(u, 16), one);
       const __m128i rounded = _mm_srai_epi32(_mm_add_epi32(u, _mm_add_epi32(bias, odd)), 16);
@@ -58,21 +59,21 @@ void cast_part(void* context, std::size_t begin, std::size_t end) {
     f32_to_bf16_run(static_cast<const float*>(job.src), static_cast<std::uint16_t*>(job.dst), begin,
                     end);
   } else if constexpr (From == dtype::f32) {
-    const float* __restrict in = static_cast<const float*>(job.src);
-    std::uint16_t* __restrict out = static_cast<std::uint16_t*>(job.dst);
+    const auto* __restrict in = static_cast<const float*>(job.src);
+    auto* __restrict out = static_cast<std::uint16_t*>(job.dst);
     for (std::size_t i = begin; i < end; ++i) {
       out[i] = f32_to_f16(in[i]);
     }
   } else if constexpr (To == dtype::f32) {
-    const std::uint16_t* __restrict in = static_cast<const std::uint16_t*>(job.src);
-    float* __restrict out = static_cast<float*>(job.dst);
+    const auto* __restrict in = static_cast<const std::uint16_t*>(job.src);
+    auto* __restrict out = static_cast<float*>(job.dst);
     for (std::size_t i = begin; i < end; ++i) {
       out[i] = From == dtype::bf16 ? bf16_to_f32(in[i]) : f16_to_f32(in[i]);
     }
   } else {
     // bf16 <-> fp16: through fp32, which holds both exactly.
-    const std::uint16_t* __restrict in = static_cast<const std::uint16_t*>(job.src);
-    std::uint16_t* __restrict out = static_cast<std::uint16_t*>(job.dst);
+    const auto* __restrict in = static_cast<const std::uint16_t*>(job.src);
+    auto* __restrict out = static_cast<std::uint16_t*>(job.dst);
     for (std::size_t i = begin; i < end; ++i) {
       out[i] = To == dtype::bf16 ? f32_to_bf16(f16_to_f32(in[i])) : f32_to_f16(bf16_to_f32(in[i]));
     }

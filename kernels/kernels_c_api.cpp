@@ -33,11 +33,14 @@ strata_status no_handle(strata_kernels* k) {
 }
 
 strata::adam_tensors tensors_of(const strata_adam_tensors& t) {
-  return {t.params,     t.grads,
+  return {t.params,
+          t.grads,
           static_cast<strata::dtype>(t.grad_type),
-          t.exp_avg,    t.exp_avg_sq,
+          t.exp_avg,
+          t.exp_avg_sq,
           t.max_exp_avg_sq,
-          t.params_out, static_cast<strata::dtype>(t.out_type),
+          t.params_out,
+          static_cast<strata::dtype>(t.out_type),
           t.count};
 }
 
@@ -103,10 +106,12 @@ strata_status strata_kernels_create(strata_allocator* allocator, unsigned thread
 
 strata_status strata_kernels_destroy(strata_kernels* k) {
   if (k == nullptr) return no_handle(k);
-  const std::unique_ptr<strata_kernels::state> s(k->impl.exchange(nullptr, std::memory_order_acq_rel));
+  const std::unique_ptr<strata_kernels::state> s(
+      k->impl.exchange(nullptr, std::memory_order_acq_rel));
   if (s == nullptr) return no_handle(k);
   // Kernels still queued on `sim` run on this pool: let them finish first.
-  const strata::status drained = s->alloc != nullptr ? s->alloc->dev().synchronize() : strata::status{};
+  const strata::status drained =
+      s->alloc != nullptr ? s->alloc->dev().synchronize() : strata::status{};
   s->streams.reset();
   s->pool.reset();
   if (k->allocator != nullptr) strata::c_api::give_back(k->allocator);
@@ -135,7 +140,8 @@ strata_status strata_adam_step_async(strata_kernels* k, void* stream, const stra
 
 strata_status strata_cast_copy_host(strata_kernels* k, void* dst, strata_dtype to, const void* src,
                                     strata_dtype from, size_t count) {
-  if (!known(to) || !known(from)) return fail(strata::errc::invalid_argument, "cast_copy: bad dtype");
+  if (!known(to) || !known(from))
+    return fail(strata::errc::invalid_argument, "cast_copy: bad dtype");
   return with(k, false, [&](strata_kernels::state& s) {
     return strata::cast_copy_host(*s.pool, dst, static_cast<strata::dtype>(to), src,
                                   static_cast<strata::dtype>(from), count);
@@ -144,7 +150,8 @@ strata_status strata_cast_copy_host(strata_kernels* k, void* dst, strata_dtype t
 
 strata_status strata_cast_copy_async(strata_kernels* k, void* stream, void* dst, strata_dtype to,
                                      const void* src, strata_dtype from, size_t count) {
-  if (!known(to) || !known(from)) return fail(strata::errc::invalid_argument, "cast_copy: bad dtype");
+  if (!known(to) || !known(from))
+    return fail(strata::errc::invalid_argument, "cast_copy: bad dtype");
   return with(k, true, [&](strata_kernels::state& s) {
     return s.streams->cast_copy({stream}, dst, static_cast<strata::dtype>(to), src,
                                 static_cast<strata::dtype>(from), count);
@@ -184,9 +191,8 @@ strata_status strata_unpack_host(strata_kernels* k, const strata_pack_entry* ent
   });
 }
 
-strata_status strata_unpack_async(strata_kernels* k, void* stream,
-                                  const strata_pack_entry* entries, size_t n, const void* flat,
-                                  size_t flat_bytes) {
+strata_status strata_unpack_async(strata_kernels* k, void* stream, const strata_pack_entry* entries,
+                                  size_t n, const void* flat, size_t flat_bytes) {
   return with(k, true, [&](strata_kernels::state& s) {
     return s.streams->unpack({stream}, entries_of(entries), n, flat, flat_bytes);
   });
@@ -197,16 +203,14 @@ strata_status strata_scale_host(strata_kernels* k, float* x, float a, size_t cou
               [&](strata_kernels::state& s) { return strata::scale_host(*s.pool, x, a, count); });
 }
 
-strata_status strata_scale_async(strata_kernels* k, void* stream, float* x, float a,
-                                 size_t count) {
+strata_status strata_scale_async(strata_kernels* k, void* stream, float* x, float a, size_t count) {
   return with(k, true,
               [&](strata_kernels::state& s) { return s.streams->scale({stream}, x, a, count); });
 }
 
 strata_status strata_axpy_host(strata_kernels* k, float* y, float a, const float* x, size_t count) {
-  return with(k, false, [&](strata_kernels::state& s) {
-    return strata::axpy_host(*s.pool, y, a, x, count);
-  });
+  return with(k, false,
+              [&](strata_kernels::state& s) { return strata::axpy_host(*s.pool, y, a, x, count); });
 }
 
 strata_status strata_axpy_async(strata_kernels* k, void* stream, float* y, float a, const float* x,

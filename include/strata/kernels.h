@@ -20,9 +20,7 @@
 
 /* NOLINTBEGIN(modernize-use-using) */
 
-#include <stdint.h>
-
-#include "strata/strata.h"
+#include "strata/strata.h" /* size_t, uint64_t */
 
 typedef struct strata_kernels strata_kernels;
 

@@ -116,8 +116,9 @@ class fake_driver {
   CUresult module_load_data(CUmodule* module, const void* image);
   CUresult module_unload(CUmodule module);
   CUresult module_get_function(CUfunction* fn, CUmodule module, const char* name);
-  CUresult launch_kernel(CUfunction f, unsigned blocks, unsigned threads, unsigned extra_dims,
-                         unsigned shared_bytes, CUstream stream, void** params, void** extra);
+  CUresult launch_kernel(CUfunction f, unsigned grid_dim_x, unsigned block_dim_x,
+                         unsigned extra_dims, unsigned shared_bytes, CUstream stream, void** params,
+                         void** extra);
 
   // --- test controls (fakecuda.h) -----------------------------------------
   int configure(int ordinal, const char* sim_options);

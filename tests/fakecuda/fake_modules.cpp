@@ -99,10 +99,10 @@ CUresult fake_driver::module_get_function(CUfunction* fn, CUmodule module, const
   return CUDA_SUCCESS;
 }
 
-CUresult fake_driver::launch_kernel(CUfunction f, unsigned blocks, unsigned threads,
+CUresult fake_driver::launch_kernel(CUfunction f, unsigned grid_dim_x, unsigned block_dim_x,
                                     unsigned extra_dims, unsigned shared_bytes, CUstream stream,
                                     void** params, void** extra) {
-  if (blocks == 0 || threads == 0 || threads > 1024 || extra_dims != 1 ||
+  if (grid_dim_x == 0 || block_dim_x == 0 || block_dim_x > 1024 || extra_dims != 1 ||
       shared_bytes > 48 * 1024 || extra != nullptr || params == nullptr || params[0] == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }

@@ -45,7 +45,7 @@ class device_buffer {
   }
   [[nodiscard]] bool ok() const { return ok_; }
   template <class T>
-  T* as() const {
+  [[nodiscard]] T* as() const {
     return reinterpret_cast<T*>(va_);
   }
 
@@ -68,15 +68,12 @@ std::unique_ptr<device> open_cuda_or_skip() {
   return std::move(*dev);
 }
 
-#define STRATA_CUDA_OR_SKIP(dev)                                                        \
-  auto dev = open_cuda_or_skip();                                                       \
-  if (dev == nullptr) {                                                                 \
-    GTEST_SKIP() << "no CUDA driver and no stand-in: the CUDA kernels are not checked " \
-                    "(compiled only)";                                                  \
-  }
+constexpr const char* no_cuda =
+    "no CUDA driver and no stand-in: the CUDA kernels are not checked (compiled only)";
 
 TEST(CudaKernels, AdamMatchesTheHostKernelInEveryMode) {
-  STRATA_CUDA_OR_SKIP(dev);
+  auto dev = open_cuda_or_skip();
+  if (dev == nullptr) GTEST_SKIP() << no_cuda;
   SCOPED_TRACE("seed " + std::to_string(seed));
   auto pool = std::move(*kernel_pool::create(2));
   stream_kernels kernels(*dev, *pool);
@@ -156,7 +153,8 @@ TEST(CudaKernels, AdamMatchesTheHostKernelInEveryMode) {
 }
 
 TEST(CudaKernels, CastPackAndAxpyMatchTheHostKernels) {
-  STRATA_CUDA_OR_SKIP(dev);
+  auto dev = open_cuda_or_skip();
+  if (dev == nullptr) GTEST_SKIP() << no_cuda;
   auto pool = std::move(*kernel_pool::create(2));
   stream_kernels kernels(*dev, *pool);
   auto stream = dev->create_stream();

@@ -29,7 +29,7 @@ TEST(KernelsCApi, HostStepMatchesTheCppKernel) {
   strata::adam_options o;
   o.weight_decay = 0.01;
   o.decoupled_weight_decay = true;
-  strata::adam_tensors t{rp.data(), g.data(), strata::dtype::f32, rm.data(), rv.data(),
+  strata::adam_tensors t{rp.data(), g.data(), strata::dtype::f32,  rm.data(), rv.data(),
                          nullptr,   nullptr,  strata::dtype::bf16, n};
   ASSERT_TRUE(strata::adam_step_host(*pool, t, o, 1).ok());
   EXPECT_EQ(p, rp);
@@ -55,7 +55,7 @@ TEST(KernelsCApi, AsyncFormsRunInStreamOrderOnTheAllocatorsDevice) {
   for (int i = 0; i < 1024; ++i) y[i] = 1.0F;
   ASSERT_EQ(strata_scale_async(k, nullptr, y, 3.0F, 1024), STRATA_OK);
   ASSERT_EQ(strata_axpy_async(k, nullptr, y, 1.0F, y, 1024), STRATA_OK);  // y += y
-  ASSERT_EQ(strata_kernels_destroy(k), STRATA_OK);  // waits for the device
+  ASSERT_EQ(strata_kernels_destroy(k), STRATA_OK);                        // waits for the device
   EXPECT_EQ(y[0], 6.0F);
   EXPECT_EQ(y[1023], 6.0F);
   EXPECT_EQ(strata_cast_copy_host(nullptr, y, STRATA_BF16, y, STRATA_F32, 1),
