@@ -14,36 +14,16 @@
 #include <system_error>
 
 #include "crc32c.hpp"
+#include "nvme_format.hpp"
 
 namespace strata {
 
+using nvme::aligned_block;
+using nvme::invalid;
+using nvme::why;
+using nvme::write_trailer;
+
 namespace {
-
-constexpr char trailer_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'X', '1'};
-
-// The trailer block of extent `id`: magic, id, bytes, crc32c, zeros.
-void write_trailer(unsigned char* t, std::size_t block, std::uint64_t id, std::uint64_t bytes,
-                   std::uint32_t crc) {
-  std::memset(t, 0, block);
-  std::memcpy(t, trailer_magic, sizeof trailer_magic);
-  const std::uint64_t fields[2] = {id, bytes};
-  std::memcpy(t + 8, fields, sizeof fields);
-  std::memcpy(t + 24, &crc, sizeof crc);
-}
-
-// One block-aligned block inside `storage` (2 blocks long).
-unsigned char* aligned_block(std::vector<unsigned char>& storage, std::size_t block) {
-  const auto at = reinterpret_cast<std::uintptr_t>(storage.data());
-  return storage.data() + (block - at % block) % block;
-}
-
-std::string why(int error) {
-  return std::system_category().message(error);
-}
-
-status invalid(std::string message) {
-  return {errc::invalid_argument, "nvme store: " + std::move(message)};
-}
 
 // The unnamed file: O_TMPFILE, else a created file unlinked at once.
 result<int> open_unnamed(const std::string& dir, bool& tmpfile) {
@@ -315,6 +295,7 @@ status nvme_store::move(io_kind kind, std::uint64_t offset, unsigned char* user,
             "nvme store: its io_uring failed earlier (" + ring_failure_ + "); open a new store"};
   }
   transfer t = plan(kind, offset, user, bytes, trailer, fields);
+  t.crc = crc;  // a running checksum: parts of one extent continue it
   while (t.in_flight > 0 || (t.error.ok() && t.next_submit < t.reqs.size())) {
     (void)submit(t);
     if (t.in_flight == 0) {  // an error stopped the submissions before any went out
@@ -325,68 +306,6 @@ status nvme_store::move(io_kind kind, std::uint64_t offset, unsigned char* user,
   }
   crc = t.crc;
   return std::move(t.error);
-}
-
-result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
-  if (src == nullptr || bytes == 0) return invalid("write of a null buffer or 0 bytes");
-  std::lock_guard lock(mu_);
-  const std::uint64_t data = space_.rounded(bytes);
-  const std::uint64_t span = data + block_;
-  // Extents of a request or more start on a request boundary: requests
-  // straddling the disk's larger units cost up to a third of the write
-  // throughput here (bench/RESULTS.md).
-  const auto offset =
-      space_.take(span, data >= options_.nvme_block_size ? options_.nvme_block_size : 0);
-  if (!offset) {
-    ++stats_.failed;
-    return status{errc::out_of_memory, "nvme store: capacity " +
-                                           std::to_string(options_.nvme_capacity) + " bytes of " +
-                                           options_.nvme_dir + " reached"};
-  }
-  if (auto grown = reserve_file(*offset + span); !grown) {
-    space_.give(*offset, span);
-    ++stats_.failed;
-    return grown;
-  }
-  std::uint32_t crc = 0;
-  auto* user = const_cast<unsigned char*>(static_cast<const unsigned char*>(src));  // only read
-  const std::uint64_t id = next_id_;
-  // The trailer says whose extent this is; it goes out with the data.
-  std::vector<unsigned char> trailer_storage(2 * block_);
-  unsigned char* trailer = aligned_block(trailer_storage, block_);
-  const status st = move(io_kind::write, *offset, user, bytes, crc, trailer, {id, bytes});
-  if (!st) {
-    space_.give(*offset, span);
-    ++stats_.failed;
-    return st;
-  }
-  ++next_id_;
-  extents_.emplace(id, extent{*offset, bytes, span, crc});
-  ++stats_.extents;
-  stats_.stored_bytes += bytes;
-  stats_.bytes_written += bytes;
-  return id;
-}
-
-status nvme_store::read(std::uint64_t id, void* dst, std::size_t bytes) {
-  if (dst == nullptr) return invalid("read into a null buffer");
-  std::lock_guard lock(mu_);
-  auto it = extents_.find(id);
-  if (it == extents_.end()) return invalid("no extent " + std::to_string(id));
-  const extent& e = it->second;
-  if (bytes != e.bytes) {
-    return invalid("extent " + std::to_string(id) + " holds " + std::to_string(e.bytes) +
-                   " bytes, not " + std::to_string(bytes));
-  }
-  std::uint32_t crc = 0;
-  status st = move(io_kind::read, e.offset, static_cast<unsigned char*>(dst), bytes, crc);
-  if (st && crc != e.crc) st = mismatch(id, e, crc, "failed its checksum");
-  if (!st) {
-    ++stats_.failed;
-    return st;
-  }
-  stats_.bytes_read += bytes;
-  return {};
 }
 
 status nvme_store::mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc,

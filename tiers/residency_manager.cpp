@@ -15,6 +15,16 @@ status unknown(std::uint64_t handle) {
           "residency manager: no buffer with handle " + std::to_string(handle)};
 }
 
+// `stream` as the device knows it. Errors: invalid_argument for a stream
+// the device did not make (sim; a GPU driver accepts any handle).
+status check_stream(device& d, void* stream, const char* call) {
+  if (auto s = d.wrap_stream(stream); !s) {
+    return {errc::invalid_argument,
+            std::string("residency manager: ") + call + ": " + s.error().message()};
+  }
+  return {};
+}
+
 }  // namespace
 
 result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& alloc,
@@ -40,9 +50,19 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
     if (!stream) return stream.error();
     *s = *stream;
   }
-  auto event = alloc.dev().create_event();
-  if (!event) return event.error();
-  m->copy_done_ = *event;
+  for (event_handle* e : {&m->copy_done_, &m->staging_done_[0], &m->staging_done_[1]}) {
+    auto event = alloc.dev().create_event();
+    if (!event) return event.error();
+    *e = *event;
+  }
+  if (m->nvme_ != nullptr) {
+    // Two chunks of at most 4 MiB, together at most half the host tier,
+    // whole logical blocks of the NVMe file.
+    const std::size_t block = m->nvme_->logical_block();
+    const std::size_t chunk =
+        std::min<std::size_t>(std::size_t{4} << 20, options.host_capacity / 4);
+    m->staging_chunk_ = std::max(block, chunk / block * block);
+  }
   m->handler_ =
       alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
   return m;
@@ -62,7 +82,9 @@ residency_manager::~residency_manager() {
   std::lock_guard lock(mu_);
   for (auto& [handle, b] : buffers_) drop(b);
   device& d = alloc_.dev();
-  if (copy_done_.native != nullptr) (void)d.destroy_event(copy_done_);
+  for (const event_handle e : {copy_done_, staging_done_[0], staging_done_[1]}) {
+    if (e.native != nullptr) (void)d.destroy_event(e);
+  }
   for (const stream_handle s : {spill_stream_, fill_stream_}) {
     if (s.native == nullptr) continue;
     (void)d.synchronize_stream(s);
@@ -125,6 +147,16 @@ void residency_manager::drop(buffer& b) {
 result<std::uint64_t> residency_manager::register_buffer(std::size_t bytes, buffer_kind kind,
                                                          residency_policy policy) {
   if (bytes == 0) return status{errc::invalid_argument, "residency manager: a buffer of 0 bytes"};
+  // A buffer is whole on the device when acquired: one larger than the
+  // device can never be.
+  auto info = alloc_.dev().get_memory_info();
+  if (!info) return info.error();
+  if (bytes > info->total) {
+    return status{errc::invalid_argument, "residency manager: a buffer of " +
+                                              std::to_string(bytes) +
+                                              " bytes is larger than the device (" +
+                                              std::to_string(info->total) + " bytes)"};
+  }
   std::lock_guard lock(mu_);
   const std::uint64_t h = next_handle_++;
   buffers_.emplace(h, buffer{bytes, kind, policy});
@@ -195,6 +227,9 @@ result<void*> residency_manager::host_memory(std::size_t bytes) {
 status residency_manager::spill_to_host(buffer& b) {
   (void)retire(b, true);
   auto host = host_memory(b.bytes);
+  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
+    return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
+  }
   if (!host) return host.error();
   // After the work the releasing stream had queued on it.
   if (auto s = copy(*host, b.device, b.bytes, copy_direction::device_to_host,
@@ -243,6 +278,14 @@ status residency_manager::fill(buffer& b, void* stream) {
   if (!dev) return dev.error();
   if (b.where == tier::nvme) {
     auto host = host_memory(b.bytes);
+    if (!host && host.code() == errc::out_of_memory) {
+      // The host tier cannot hold it: straight from NVMe to the device.
+      if (auto s = stream_from_nvme(b, *dev, stream); !s) {
+        (void)alloc_.try_free(*dev);
+        return s;
+      }
+      return {};
+    }
     status read = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
     if (!read) {
       if (host) host_->free(*host);
@@ -283,6 +326,7 @@ status residency_manager::fill(buffer& b, void* stream) {
 }
 
 result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
+  if (auto s = check_stream(alloc_.dev(), stream, "acquire"); !s) return s;
   std::lock_guard lock(mu_);
   retire_finished();
   auto it = buffers_.find(handle);
@@ -308,6 +352,7 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
 }
 
 status residency_manager::release(std::uint64_t handle, void* stream) {
+  if (auto s = check_stream(alloc_.dev(), stream, "release"); !s) return s;
   std::lock_guard lock(mu_);
   retire_finished();
   auto it = buffers_.find(handle);

@@ -85,6 +85,26 @@ class STRATA_API nvme_store {
   /// Reads extent `id` into `dst` (`bytes` must be its size) and checks its
   /// checksum. Errors: invalid_argument (unknown id, wrong size), io_error.
   status read(std::uint64_t id, void* dst, std::size_t bytes);
+  /// The same in parts, for callers that stream an extent through a small
+  /// buffer: begin_write reserves an extent of `bytes` (errors as write's)
+  /// and returns its id; write_part appends the next `bytes` of it (every
+  /// part but the last a multiple of logical_block()); the part that
+  /// completes it also writes the trailer, and the extent is then stored.
+  /// A failed part frees the extent; abandon_write frees one not finished.
+  /// Errors: invalid_argument (no such extent being written, a part too
+  /// long or misaligned), and write's.
+  result<std::uint64_t> begin_write(std::size_t bytes);
+  status write_part(std::uint64_t id, const void* src, std::size_t bytes);
+  status abandon_write(std::uint64_t id);
+  /// Reads `bytes` of extent `id` from `offset` (a multiple of
+  /// logical_block()) into `dst`, continuing the running checksum `crc`
+  /// (0 before the first part; parts in order). Once every byte has been
+  /// read, check_read(id, crc) says whether they match the checksum
+  /// written with them (io_error naming the extent if not). Errors:
+  /// invalid_argument (unknown id, a range outside the extent), io_error.
+  status read_part(std::uint64_t id, std::size_t offset, void* dst, std::size_t bytes,
+                   std::uint32_t& crc);
+  status check_read(std::uint64_t id, std::uint32_t crc);
   /// Reads extent `id` and its trailer back from the disk through the
   /// store's own buffers and checks them against the checksum and the id
   /// recorded at write(): what a caller runs before it drops its own copy.
@@ -99,8 +119,8 @@ class STRATA_API nvme_store {
     std::uint64_t extents = 0;        ///< stored now
     std::uint64_t stored_bytes = 0;   ///< their bytes
     std::uint64_t file_bytes = 0;     ///< the file's size
-    std::uint64_t bytes_written = 0;  ///< through write(), ever
-    std::uint64_t bytes_read = 0;     ///< through read(), ever
+    std::uint64_t bytes_written = 0;  ///< through write() and write_part(), ever
+    std::uint64_t bytes_read = 0;     ///< through read() and read_part(), ever
     std::uint64_t failed = 0;         ///< write() and read() calls that failed
   };
   [[nodiscard]] counters stats();
@@ -130,8 +150,8 @@ class STRATA_API nvme_store {
              io_faults* faults);
   // Moves [offset, offset + rounded(bytes)) of the file to or from `user`
   // in requests of block_size, queue_depth at a time, checksumming the
-  // user's bytes in order (crc32c into `crc`: writes before they leave,
-  // reads once they are in). A write may end with `trailer` (one logical
+  // user's bytes in order (crc32c continuing the running value in `crc`:
+  // writes before they leave, reads once they are in). A write may end with `trailer` (one logical
   // block) filled from `fields` once every data request is submitted, in
   // the same pipeline. A read with a null `user` is a sink: every request
   // goes through a bounce buffer, held until it is checksummed. Needs mu_.
@@ -165,6 +185,12 @@ class STRATA_API nvme_store {
   extent_space space_;
   std::uint64_t allocated_ = 0;  // file bytes fallocate'd
   std::unordered_map<std::uint64_t, extent> extents_;
+  // Extents begun with begin_write and not finished.
+  struct partial_write {
+    extent e;  // its crc: the running checksum of what was written
+    std::size_t written;
+  };
+  std::unordered_map<std::uint64_t, partial_write> writing_;
   std::uint64_t next_id_ = 1;
   counters stats_;
   unsigned char* bounce_ = nullptr;  // queue_depth aligned buffers of block_size

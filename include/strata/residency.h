@@ -57,8 +57,8 @@ STRATA_C_API strata_status strata_residency_create(strata_allocator* allocator, 
  * handler. */
 STRATA_C_API strata_status strata_residency_destroy(strata_residency* r);
 
-/* A new buffer of `bytes` (> 0); no storage until the first acquire.
- * `*handle` names it. */
+/* A new buffer of `bytes` (> 0, at most the device's memory); no storage
+ * until the first acquire. `*handle` names it. */
 STRATA_C_API strata_status strata_residency_register(strata_residency* r, size_t bytes,
                                                      strata_buffer_kind kind,
                                                      strata_residency_policy policy,
@@ -67,7 +67,7 @@ STRATA_C_API strata_status strata_residency_register(strata_residency* r, size_t
  * now on; a spilled buffer is filled back (the copy is queued in stream
  * order: the call returns before it is done). The first acquire gives fresh
  * memory with undefined contents. Acquires nest. Errors: INVALID_ARGUMENT
- * (unknown handle), OUT_OF_MEMORY (nothing left to spill), IO (an NVMe read
+ * (unknown handle, a stream the device does not know), OUT_OF_MEMORY (nothing left to spill), IO (an NVMe read
  * failed or its checksum did not match; the buffer stays where it was). */
 STRATA_C_API strata_status strata_residency_acquire(strata_residency* r, uint64_t handle,
                                                     void* stream, void** out);

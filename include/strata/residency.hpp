@@ -10,6 +10,10 @@
 //   unregister(handle)
 //
 // Spills go device -> host -> NVMe, fills the other way, bytes exact. A
+// buffer the host tier cannot hold (even after spilling host buffers on to
+// NVMe) streams device <-> NVMe through two pinned staging chunks instead
+// (the copy of one chunk overlaps the I/O of the other): host capacity
+// limits what is kept on the host, not what can move. A
 // buffer leaves a tier only after its copy in the next one is complete: the
 // device-to-host copy is synchronized before the device block is freed, the
 // NVMe write has returned (checksum written with it) and been read back and
@@ -80,17 +84,20 @@ class STRATA_API residency_manager {
   /// Unregisters the pressure handler and frees every buffer.
   ~residency_manager();
 
-  /// A new buffer of `bytes` (> 0); no storage until the first acquire.
+  /// A new buffer of `bytes` (> 0, at most the device's memory); no storage
+  /// until the first acquire. Errors: invalid_argument (0, larger than the
+  /// device).
   result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
                                         residency_policy policy);
   /// The buffer on the device, valid for work queued on `stream` from now
-  /// on (see above). Errors: invalid_argument (unknown handle),
+  /// on (see above). Errors: invalid_argument (unknown handle, a stream the
+  /// device does not know),
   /// out_of_memory (nothing left to spill), io_error and device errors from
   /// a fill (the buffer stays where it was).
   result<void*> acquire(std::uint64_t handle, void* stream);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
   /// `stream`'s work up to now is done. Errors: invalid_argument (unknown
-  /// handle, not acquired), device errors.
+  /// handle, not acquired, unknown stream), device errors.
   status release(std::uint64_t handle, void* stream);
   /// Frees the buffer wherever it is. Errors: invalid_argument (unknown, or
   /// still acquired).
@@ -143,6 +150,10 @@ class STRATA_API residency_manager {
   buffer* victim(tier from);
   status spill_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
+  // The streamed paths (staged_transfer.cpp): device <-> NVMe through the
+  // staging chunks, for buffers the host tier cannot hold.
+  status stream_to_nvme(buffer& b);
+  status stream_from_nvme(buffer& b, void* dev, void* stream);
   // Host memory for `bytes`, spilling host buffers to NVMe if needed.
   result<void*> host_memory(std::size_t bytes);
   status fill(buffer& b, void* stream);
@@ -165,9 +176,11 @@ class STRATA_API residency_manager {
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;
-  stream_handle spill_stream_{};  // device-to-host copies, waited for
-  stream_handle fill_stream_{};   // host-to-device copies, stream-ordered
-  event_handle copy_done_{};      // a spill's copy
+  stream_handle spill_stream_{};    // device-to-host copies, waited for
+  stream_handle fill_stream_{};     // host-to-device copies, stream-ordered
+  event_handle copy_done_{};        // a spill's copy
+  std::size_t staging_chunk_ = 0;   // bytes per staging chunk (block multiple)
+  event_handle staging_done_[2]{};  // the copy of each staging chunk
   std::recursive_mutex mu_;
   std::unordered_map<std::uint64_t, buffer> buffers_;
   std::uint64_t next_handle_ = 1;

@@ -95,6 +95,51 @@ TEST(NvmeStore, RoundTripsAtEveryAlignmentAndSize) {
   EXPECT_EQ(store->stats().extents, 0u);
 }
 
+// An extent written and read in parts is the same extent: one checksum over
+// all parts, readable whole, verifiable; bad parts are refused.
+TEST(NvmeStore, ExtentsStreamInAndOutInParts) {
+  OPEN_OR_SKIP(store, opts(64 << 10, 4));
+  const std::size_t block = store->logical_block();
+  const std::size_t part = 3 * block;
+  const std::size_t n = 4 * part + 123;  // a short last part
+  const auto data = pattern(n, 77);
+  auto id = store->begin_write(n);
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  EXPECT_EQ(store->write_part(*id, data.data(), block + 1).code(), errc::invalid_argument)
+      << "a part before the last must be whole blocks";
+  std::vector<unsigned char> early(n);
+  EXPECT_EQ(store->read(*id, early.data(), n).code(), errc::invalid_argument)
+      << "an extent still being written cannot be read";
+  for (std::size_t at = 0; at < n; at += part) {
+    ASSERT_TRUE(store->write_part(*id, data.data() + at, std::min(part, n - at)).ok()) << at;
+  }
+  EXPECT_EQ(store->write_part(*id, data.data(), 1).code(), errc::invalid_argument)
+      << "the extent is complete";
+  ASSERT_TRUE(store->verify(*id).ok()) << "one checksum and trailer over every part";
+  std::vector<unsigned char> whole(n);
+  ASSERT_TRUE(store->read(*id, whole.data(), n).ok());
+  EXPECT_EQ(whole, data);
+  std::vector<unsigned char> parts(n);
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0; at < n; at += 2 * block) {
+    ASSERT_TRUE(
+        store->read_part(*id, at, parts.data() + at, std::min(2 * block, n - at), crc).ok());
+  }
+  EXPECT_TRUE(store->check_read(*id, crc).ok());
+  EXPECT_EQ(parts, data);
+  EXPECT_EQ(store->check_read(*id, crc ^ 1).code(), errc::io_error);
+  EXPECT_EQ(store->read_part(*id, 1, parts.data(), 10, crc).code(), errc::invalid_argument)
+      << "an offset off a block";
+  ASSERT_TRUE(store->erase(*id).ok());
+  // An extent abandoned half-written gives its space back.
+  auto half = store->begin_write(n);
+  ASSERT_TRUE(half.ok());
+  ASSERT_TRUE(store->write_part(*half, data.data(), part).ok());
+  ASSERT_TRUE(store->abandon_write(*half).ok());
+  EXPECT_EQ(store->abandon_write(*half).code(), errc::invalid_argument);
+  EXPECT_EQ(store->stats().extents, 0u);
+}
+
 TEST(NvmeStore, ErasedSpaceIsReusedAndTheFileHasNoName) {
   const std::string dir = scratch();
   const auto entries = [&] {

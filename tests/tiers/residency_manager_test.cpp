@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -126,11 +127,24 @@ TEST(Residency, ErrorsAreClear) {
   EXPECT_EQ(s.manager->acquire(42, nullptr).code(), errc::invalid_argument);
   EXPECT_EQ(s.manager->register_buffer(0, buffer_kind::other, residency_policy::evictable).code(),
             errc::invalid_argument);
+  EXPECT_EQ(
+      s.manager->register_buffer(SIZE_MAX, buffer_kind::other, residency_policy::evictable).code(),
+      errc::invalid_argument)
+      << "larger than the device";
+  EXPECT_EQ(
+      s.manager->register_buffer(17 * mib, buffer_kind::other, residency_policy::evictable).code(),
+      errc::invalid_argument)
+      << "larger than the 16 MiB device";
   auto h = s.manager->register_buffer(mib, buffer_kind::parameter, residency_policy::evictable);
   ASSERT_TRUE(h.ok());
+  // A stream the device did not make.
+  auto* bad_stream = reinterpret_cast<void*>(0xbad);
+  EXPECT_EQ(s.manager->acquire(*h, bad_stream).code(), errc::invalid_argument);
+  EXPECT_EQ(s.manager->where(*h).value(), tier::none) << "a refused acquire changed the buffer";
   EXPECT_EQ(s.manager->release(*h, nullptr).code(), errc::invalid_argument) << "not acquired";
   ASSERT_TRUE(s.manager->acquire(*h, nullptr).ok());
   EXPECT_EQ(s.manager->unregister(*h).code(), errc::invalid_argument) << "still acquired";
+  EXPECT_EQ(s.manager->release(*h, bad_stream).code(), errc::invalid_argument);
   ASSERT_TRUE(s.manager->release(*h, nullptr).ok());
   EXPECT_TRUE(s.manager->unregister(*h).ok());
   // Without NVMe, a full host pool is the end of the line.
@@ -303,6 +317,56 @@ TEST(Residency, ASpillToNvmeThatDoesNotReadBackKeepsTheHostCopy) {
     const status st = md.use(k, s.streams[k % 2], false);  // every byte checked
     ASSERT_TRUE(st.ok()) << "buffer " << k << ": " << st.to_string();
   }
+}
+
+// Buffers larger than the whole host tier (8 MiB) still leave the device:
+// device <-> NVMe through the staging chunks, every byte checked.
+TEST(Residency, BuffersLargerThanTheHostTierStreamThroughNvme) {
+  auto s = make("sim:capacity=48MiB", small_tiers());
+  ASSERT_TRUE(s.manager);
+  model md(*s.manager, s.alloc->dev());
+  md.add(20 * mib + 12345);  // not a multiple of the staging chunk or a block
+  md.add(20 * mib);
+  md.add(18 * mib + std::size_t{3} * 4096 + 7);
+  for (std::size_t k = 0; k < md.handles.size(); ++k) {
+    ASSERT_TRUE(md.use(k, s.streams[k % 2], true).ok()) << k;
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t k = 0; k < md.handles.size(); ++k) {
+      const status st = md.use(k, s.streams[(k + 1) % 2], false);  // every byte checked
+      ASSERT_TRUE(st.ok()) << "round " << round << ", buffer " << k << ": " << st.to_string();
+    }
+  }
+  const auto c = s.manager->stats();
+  EXPECT_GE(c.spills_to_nvme, 3u);
+  EXPECT_GE(c.fills_from_nvme, 3u);
+  EXPECT_EQ(c.spills_to_host, 0u) << "no buffer fits the host tier";
+  EXPECT_EQ(c.host_bytes, 0u);
+}
+
+// A streamed fill whose checksum fails reaches the acquire as an io_error;
+// the buffer stays on NVMe, and the next acquire brings it back intact.
+TEST(Residency, AStreamedFillThatFailsItsChecksumLeavesTheBufferOnNvme) {
+  nth_fault fault;
+  fault.kind = io_kind::read;
+  fault.left = 1;  // without read-back, the first read is the first fill's
+  offload_options o = small_tiers();
+  o.nvme_verify = false;
+  auto s = make("sim:capacity=32MiB", o, &fault);
+  ASSERT_TRUE(s.manager);
+  model md(*s.manager, s.alloc->dev());
+  md.add(20 * mib + 100);
+  md.add(20 * mib + 100);
+  ASSERT_TRUE(md.use(0, s.streams[0], true).ok());
+  ASSERT_TRUE(md.use(1, s.streams[0], true).ok());  // spills buffer 0 to NVMe
+  ASSERT_EQ(s.manager->where(md.handles[0]).value(), tier::nvme);
+  const status st = md.use(0, s.streams[0], false);
+  ASSERT_EQ(st.code(), errc::io_error) << st.to_string();
+  EXPECT_NE(st.message().find("failed its checksum"), std::string::npos) << st.message();
+  EXPECT_TRUE(fault.fired);
+  EXPECT_EQ(s.manager->where(md.handles[0]).value(), tier::nvme) << "the NVMe copy must stay";
+  const status again = md.use(0, s.streams[0], false);  // every byte checked
+  ASSERT_TRUE(again.ok()) << again.to_string();
 }
 
 TEST(Residency, ThreadsShareTheManager) {

@@ -1,0 +1,137 @@
+// Device <-> NVMe through two pinned staging chunks, for buffers the host
+// tier cannot hold (residency.hpp).
+//
+// Spill: chunk i is copied device -> staging slot i % 2 on the spill stream
+// while chunk i - 1 is written from the other slot; the extent is begun
+// before the first chunk and finished by the last (its trailer carries the
+// checksum of every chunk in order), then read back and checked
+// (nvme_verify) before the device block is freed. Fill: chunk i is read
+// into slot i % 2 (checksum running) and copied to the device on the fill
+// stream while the next is read; a slot is reused only after its copy is
+// done. The device copy counts only once the whole checksum matches: on a
+// mismatch the device block is freed and the buffer stays on NVMe.
+//
+// Cost: two staging chunks of host memory for the duration; the thread
+// waits for the last copy (as the unstaged NVMe fill waits for its read).
+#include <algorithm>
+
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+namespace {
+
+// Two staging chunks from the host pool, given back on scope exit.
+class staging_slots {
+ public:
+  explicit staging_slots(pinned_host_pool& pool) : pool_(pool) {}
+  staging_slots(const staging_slots&) = delete;
+  staging_slots& operator=(const staging_slots&) = delete;
+  staging_slots(staging_slots&&) = delete;
+  staging_slots& operator=(staging_slots&&) = delete;
+  ~staging_slots() {
+    for (void* p : slots_) {
+      if (p != nullptr) pool_.free(p);
+    }
+  }
+  unsigned char* operator[](std::size_t i) const { return static_cast<unsigned char*>(slots_[i]); }
+  void*& slot(std::size_t i) { return slots_[i]; }
+
+ private:
+  pinned_host_pool& pool_;
+  void* slots_[2] = {nullptr, nullptr};
+};
+
+}  // namespace
+
+status residency_manager::stream_to_nvme(buffer& b) {
+  staging_slots slots(*host_);
+  for (std::size_t k = 0; k < 2; ++k) {
+    auto p = host_memory(std::min(staging_chunk_, b.bytes));
+    if (!p) return p.error();
+    slots.slot(k) = *p;
+  }
+  auto extent = nvme_->begin_write(b.bytes);
+  if (!extent) return extent.error();
+  device& d = alloc_.dev();
+  const auto* src = static_cast<const unsigned char*>(b.device);
+  const std::size_t chunks = (b.bytes + staging_chunk_ - 1) / staging_chunk_;
+  const auto length = [&](std::size_t i) {
+    return std::min(staging_chunk_, b.bytes - i * staging_chunk_);
+  };
+  const auto queue_copy = [&](std::size_t i) -> status {
+    if (auto s = d.copy_async(slots[i % 2], src + i * staging_chunk_, length(i),
+                              copy_direction::device_to_host, spill_stream_);
+        !s) {
+      return s;
+    }
+    return d.record_event(staging_done_[i % 2], spill_stream_);
+  };
+  // After the work the releasing stream had queued on the buffer.
+  status st = b.has_release_event ? d.stream_wait_event(spill_stream_, b.released) : status{};
+  if (st) st = queue_copy(0);
+  for (std::size_t i = 0; st && i < chunks; ++i) {
+    st = d.synchronize_event(staging_done_[i % 2]);
+    if (st && i + 1 < chunks) st = queue_copy(i + 1);  // overlaps the write below
+    if (st) st = nvme_->write_part(*extent, slots[i % 2], length(i));
+  }
+  if (st && verify_nvme_) {
+    st = nvme_->verify(*extent);
+    if (!st) (void)nvme_->erase(*extent);
+  } else if (!st) {
+    (void)d.synchronize_stream(spill_stream_);  // no copy may still write a slot
+    (void)nvme_->abandon_write(*extent);        // a failed part already freed it
+  }
+  if (!st) return st;  // the device copy stays the buffer's
+  (void)alloc_.try_free(b.device);
+  b.device = nullptr;
+  b.extent = *extent;
+  moved(b, tier::nvme, stats_.spills_to_nvme);
+  return {};
+}
+
+status residency_manager::stream_from_nvme(buffer& b, void* dev, void* stream) {
+  staging_slots slots(*host_);
+  for (std::size_t k = 0; k < 2; ++k) {
+    auto p = host_memory(std::min(staging_chunk_, b.bytes));
+    if (!p) return p.error();
+    slots.slot(k) = *p;
+  }
+  device& d = alloc_.dev();
+  auto* dst = static_cast<unsigned char*>(dev);
+  const std::size_t chunks = (b.bytes + staging_chunk_ - 1) / staging_chunk_;
+  std::uint32_t crc = 0;
+  status st;
+  for (std::size_t i = 0; st && i < chunks; ++i) {
+    const std::size_t len = std::min(staging_chunk_, b.bytes - i * staging_chunk_);
+    // The slot's previous copy (chunk i - 2) must be done before it is reused.
+    if (i >= 2) st = d.synchronize_event(staging_done_[i % 2]);
+    if (st) st = nvme_->read_part(b.extent, i * staging_chunk_, slots[i % 2], len, crc);
+    if (st) {
+      st = d.copy_async(dst + i * staging_chunk_, slots[i % 2], len, copy_direction::host_to_device,
+                        fill_stream_);
+    }
+    if (st) st = d.record_event(staging_done_[i % 2], fill_stream_);
+  }
+  if (st) st = nvme_->check_read(b.extent, crc);
+  // The slots go back when this returns: every copy from them must be done.
+  if (auto synced = d.synchronize_stream(fill_stream_); st && !synced) st = synced;
+  if (!st) return st;  // the caller frees `dev`; the buffer stays on NVMe
+  if (!b.has_fill_event) {
+    auto e = d.create_event();
+    if (!e) return e.error();
+    b.filled = *e;
+    b.has_fill_event = true;
+  }
+  // The copies are done; the acquiring stream still orders after them.
+  if (auto s = d.record_event(b.filled, fill_stream_); !s) return s;
+  if (auto s = d.stream_wait_event(stream_handle{stream}, b.filled); !s) return s;
+  (void)nvme_->erase(b.extent);
+  b.device = dev;
+  moved(b, tier::device, stats_.fills_from_nvme);
+  return {};
+}
+
+}  // namespace strata
