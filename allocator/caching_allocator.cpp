@@ -27,15 +27,26 @@ result<std::unique_ptr<caching_allocator>> caching_allocator::create(
       new caching_allocator(std::move(dev), options, info->total));
 }
 
+namespace {
+
+// `options` with small_size a multiple of 512, so a request and its rounded
+// block fall in the same stats pool.
+allocator_options normalized(allocator_options options) {
+  options.small_size &= ~std::uint64_t{511};
+  return options;
+}
+
+}  // namespace
+
 caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
                                      std::size_t total)
     : dev_(std::move(dev)),
-      options_(options),
+      options_(normalized(options)),
       total_(total),
-      classes_(options.small_size & ~std::size_t{511}, dev_->granularity()),
+      classes_(options_.small_size, dev_->granularity()),
       events_(*dev_),
-      trace_(static_cast<std::size_t>(options.trace_buffer),
-             static_cast<std::size_t>(options.trace_frames)),
+      trace_(static_cast<std::size_t>(options_.trace_buffer),
+             static_cast<std::size_t>(options_.trace_frames)),
       // Twice the device's pages of address space per arena (at least 64).
       streams_(
           *dev_, events_,
@@ -43,18 +54,14 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
               dev_->granularity(),
           dev_->granularity()),
       pages_(*dev_, events_, streams_, stats_, trace_,
-             static_cast<std::size_t>(static_cast<double>(total) * options.memory_fraction)),
+             static_cast<std::size_t>(static_cast<double>(total) * options_.memory_fraction)),
       frees_(*dev_, events_, stats_),
-      caches_(classes_, options.small_size & ~std::uint64_t{511}) {
-  // A multiple of 512, so a request and its rounded block fall in the same
-  // stats pool.
-  options_.small_size &= ~std::uint64_t{511};
-}
+      caches_(classes_, options_.small_size) {}
 
 caching_allocator::~caching_allocator() {
-  // The parts release what they hold once no stream has work queued; the
-  // thread-cache binding goes first (declared last), then the queue's
-  // events, the pool's pages, the arenas.
+  // The parts release what they hold once no stream has work queued, in
+  // reverse order of declaration: the thread-cache binding first (no cache
+  // comes back), then the queue's events, the pool's pages, the arenas.
   (void)dev_->synchronize();
 }
 

@@ -280,11 +280,13 @@ status residency_manager::fill(buffer& b, void* stream) {
     auto host = host_memory(b.bytes);
     if (!host && host.code() == errc::out_of_memory) {
       // The host tier cannot hold it: straight from NVMe to the device.
-      if (auto s = stream_from_nvme(b, *dev, stream); !s) {
-        (void)alloc_.try_free(*dev);
-        return s;
-      }
-      return {};
+      status streamed = stream_from_nvme(b, *dev, stream);
+      if (!streamed) (void)alloc_.try_free(*dev);
+      stats_.fill_wait_ns +=
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                         std::chrono::steady_clock::now() - t0)
+                                         .count());
+      return streamed;
     }
     status read = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
     if (!read) {
