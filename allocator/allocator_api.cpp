@@ -73,7 +73,7 @@ void allocator::set_memory_fraction(double fraction) {
   check(impl().set_memory_fraction(fraction));
 }
 stat_map allocator::stats() const {
-  return impl().stats().to_map();
+  return impl().stats_map();
 }
 allocator_stats allocator::counters() const {
   return impl().stats();
@@ -113,6 +113,12 @@ std::uint64_t allocator::add_pressure_handler(std::function<std::size_t(std::siz
 }
 void allocator::remove_pressure_handler(std::uint64_t id) {
   check(impl().remove_pressure_handler(id));
+}
+std::uint64_t allocator::add_stats_source(std::string section, std::function<stat_map()> read) {
+  return impl().add_stats_source(std::move(section), std::move(read));
+}
+void allocator::remove_stats_source(std::uint64_t id) {
+  check(impl().remove_stats_source(id));
 }
 
 }  // namespace strata

@@ -35,7 +35,7 @@ constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_va
           .doc = doc};
 }
 
-const std::array<spec, 18> table{{
+const std::array<spec, 23> table{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
@@ -136,6 +136,30 @@ const std::array<spec, 18> table{{
           "offload tiers: read every spill back from the disk and check it before its host "
           "copy is freed (one more read per spill)"),
      [](allocator_options& o) -> option_field { return &o.offload.nvme_verify; }},
+    {bytes("prefetch_bytes", 0, no_max,
+           "prefetcher: the most device bytes in prefetch fills in flight plus buffers "
+           "prefetched and not yet acquired ([prefetch.md](prefetch.md)); `0` turns prefetch "
+           "off"),
+     [](allocator_options& o) -> option_field { return &o.offload.prefetch_bytes; }},
+    {{.name = "prefetch_inflight",
+      .kind = value_kind::count,
+      .min = 1,
+      .max = 1024,
+      .doc = "prefetcher: prefetch fills outstanding at once (NVMe reads and host-to-device "
+             "copies)"},
+     [](allocator_options& o) -> option_field { return &o.offload.prefetch_inflight; }},
+    {bytes("host_lookahead", 0, no_max,
+           "prefetcher: how far ahead, in bytes of upcoming acquires, buffers on NVMe are read "
+           "into pinned host memory"),
+     [](allocator_options& o) -> option_field { return &o.offload.host_lookahead; }},
+    {bytes("device_lookahead", 0, no_max,
+           "prefetcher: how far ahead, in bytes of upcoming acquires, buffers are copied to the "
+           "device (within `prefetch_bytes`)"),
+     [](allocator_options& o) -> option_field { return &o.offload.device_lookahead; }},
+    {bytes("reuse_distance", 0, no_max,
+           "prefetcher: a released buffer needed again within this many bytes of acquires "
+           "stays on the device unless nothing else can be spilled"),
+     [](allocator_options& o) -> option_field { return &o.offload.reuse_distance; }},
 }};
 
 // The rule between fields no single row can state.

@@ -46,8 +46,26 @@ std::string cell(std::int64_t v, bool bytes) {
 }  // namespace
 
 std::string caching_allocator::memory_summary() {
-  std::lock_guard lock(mu_);
-  return summary_of(current_stats());
+  std::string own;
+  {
+    std::lock_guard lock(mu_);
+    own = summary_of(current_stats());
+  }
+  return own + sources_.summary();  // the sources run without the mutex
+}
+
+std::uint64_t caching_allocator::add_stats_source(std::string section, stats_sources::source read) {
+  return sources_.add(std::move(section), std::move(read));
+}
+
+status caching_allocator::remove_stats_source(std::uint64_t id) {
+  return sources_.remove(id);
+}
+
+stat_map caching_allocator::stats_map() {
+  stat_map all = stats().to_map();
+  sources_.merge_into(all);
+  return all;
 }
 
 std::string caching_allocator::summary_of(const allocator_stats& st) {

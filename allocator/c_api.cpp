@@ -168,7 +168,7 @@ strata_status strata_get_stat(strata_allocator* a, const char* name, int64_t* va
   if (name == nullptr || value == nullptr) {
     return fail(strata::errc::invalid_argument, "null stat name or output pointer");
   }
-  const auto all = impl->stats().to_map();
+  const auto all = impl->stats_map();
   auto it = all.find(name);
   if (it == all.end()) {
     return fail(strata::errc::invalid_argument,
@@ -190,7 +190,7 @@ strata_status strata_stats_json(strata_allocator* a, char** out) {
   if (impl == nullptr) return no_allocator(a);
   std::string json = "{";
   bool first = true;
-  for (const auto& [name, value] : impl->stats().to_map()) {
+  for (const auto& [name, value] : impl->stats_map()) {
     json += (first ? "\"" : ",\"") + name + "\":" + std::to_string(value);
     first = false;
   }

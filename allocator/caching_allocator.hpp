@@ -56,6 +56,7 @@
 #include "oom_report.hpp"
 #include "page_supply.hpp"
 #include "pressure_handlers.hpp"
+#include "stats_sources.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
 #include "spin_mutex.hpp"
@@ -145,6 +146,14 @@ class caching_allocator {
   /// Unregisters handler `id`; invalid_argument if there is none. A call of
   /// the handler already under way finishes.
   status remove_pressure_handler(std::uint64_t id);
+  /// Counters of the layers above, reported under `section` (see
+  /// stats_sources.hpp); returns the source's id (never 0). `read` is called
+  /// without the allocator's mutex held.
+  std::uint64_t add_stats_source(std::string section, stats_sources::source read);
+  /// Unregisters source `id`; invalid_argument if there is none.
+  status remove_stats_source(std::uint64_t id);
+  /// stats() by name, with every stats source's counters.
+  [[nodiscard]] stat_map stats_map();
 
   device& dev() noexcept { return *dev_; }
 
@@ -253,6 +262,7 @@ class caching_allocator {
   deferred_frees frees_;                 // frees waiting on events; recorded streams
   std::vector<pending_free> completed_;  // scratch for frees_ to hand back
   pressure_handlers handlers_;
+  stats_sources sources_;
   std::optional<oom_report> last_oom_;
   cache_binding caches_;  // destroyed first: no thread cache comes back
 };

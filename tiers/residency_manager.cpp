@@ -4,6 +4,7 @@
 #include <string>
 
 #include "pinned_host_pool.hpp"
+#include "stall_probes.hpp"
 #include "strata/nvme_store.hpp"
 
 namespace strata {
@@ -17,12 +18,19 @@ status unknown(std::uint64_t handle) {
 
 // `stream` as the device knows it. Errors: invalid_argument for a stream
 // the device did not make (sim; a GPU driver accepts any handle).
-status check_stream(device& d, void* stream, const char* call) {
-  if (auto s = d.wrap_stream(stream); !s) {
-    return {errc::invalid_argument,
-            std::string("residency manager: ") + call + ": " + s.error().message()};
+result<stream_handle> check_stream(device& d, void* stream, const char* call) {
+  auto s = d.wrap_stream(stream);
+  if (!s) {
+    return status{errc::invalid_argument,
+                  std::string("residency manager: ") + call + ": " + s.error().message()};
   }
-  return {};
+  return *s;
+}
+
+std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
 }
 
 }  // namespace
@@ -65,23 +73,38 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
   }
   m->handler_ =
       alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
+  m->stats_source_ =
+      alloc.add_stats_source("offload", [raw = m.get()] { return to_map(raw->stats()); });
+  if (m->nvme_ != nullptr) m->reader_ = std::thread([raw = m.get()] { raw->reader_loop(); });
   return m;
 }
 
 residency_manager::residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                                      std::unique_ptr<nvme_store> nvme, bool verify_nvme)
-    : alloc_(alloc), host_(std::move(host)), nvme_(std::move(nvme)), verify_nvme_(verify_nvme) {}
+    : alloc_(alloc),
+      host_(std::move(host)),
+      nvme_(std::move(nvme)),
+      verify_nvme_(verify_nvme),
+      probes_(std::make_unique<stall_probes>()) {}
 
 residency_manager::~residency_manager() {
-  if (handler_ != 0) {
-    try {
-      alloc_.remove_pressure_handler(handler_);
-    } catch (const error&) {  // registered by create(): cannot be unknown
+  try {
+    if (handler_ != 0) alloc_.remove_pressure_handler(handler_);
+    if (stats_source_ != 0) alloc_.remove_stats_source(stats_source_);
+  } catch (const error&) {  // registered by create(): cannot be unknown
+  }
+  if (reader_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
     }
+    reads_queued_.notify_all();
+    reader_.join();  // it finishes the read under way and drops the queue
   }
   std::lock_guard lock(mu_);
   for (auto& [handle, b] : buffers_) drop(b);
   device& d = alloc_.dev();
+  probes_->drain(d);
   for (const event_handle e : {copy_done_, staging_done_[0], staging_done_[1]}) {
     if (e.native != nullptr) (void)d.destroy_event(e);
   }
@@ -99,6 +122,10 @@ std::uint64_t& residency_manager::tier_bytes(tier t) {
 }
 
 void residency_manager::moved(buffer& b, tier to, std::uint64_t& count) {
+  if (to == tier::host && b.where == tier::device) stats_.bytes_to_host += b.bytes;
+  if (to == tier::nvme) stats_.bytes_to_nvme += b.bytes;
+  if (b.where == tier::nvme) stats_.bytes_from_nvme += b.bytes;
+  if (b.where == tier::host && to == tier::device) stats_.bytes_from_host += b.bytes;
   tier_bytes(b.where) -= b.bytes;
   tier_bytes(to) += b.bytes;
   b.where = to;
@@ -121,6 +148,7 @@ bool residency_manager::retire(buffer& b, bool wait) {
   host_->free(b.staging);
   b.staging = nullptr;
   stats_.staging_bytes -= b.bytes;
+  --stats_.fills_in_flight;
   return true;
 }
 
@@ -129,8 +157,19 @@ void residency_manager::retire_finished() {
   for (auto& [handle, b] : buffers_) (void)retire(b, false);
 }
 
+void residency_manager::set_prefetched(buffer& b, bool on) {
+  if (b.prefetched == on) return;
+  b.prefetched = on;
+  if (on) {
+    stats_.prefetched_bytes += b.bytes;
+  } else {
+    stats_.prefetched_bytes -= b.bytes;
+  }
+}
+
 void residency_manager::drop(buffer& b) {
   (void)retire(b, true);
+  set_prefetched(b, false);
   if (b.device != nullptr) (void)alloc_.try_free(b.device);
   if (b.host != nullptr) host_->free(b.host);
   if (b.where == tier::nvme) (void)nvme_->erase(b.extent);
@@ -174,16 +213,24 @@ status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
   return d.synchronize_event(copy_done_);
 }
 
-residency_manager::buffer* residency_manager::victim(tier from) {
+residency_manager::buffer* residency_manager::victim(tier from, const std::uint64_t* limit) {
+  if (limit == nullptr && from == tier::device) limit = evict_limit_;
+  // Making room for a prefetch: only what the oracle says is needed later.
+  if (limit != nullptr && !oracle_) return nullptr;
   buffer* best = nullptr;
   std::uint64_t best_key = 0;
+  bool best_kept = true;
   for (auto& [handle, b] : buffers_) {
     if (b.where != from || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
-    // Least recently released first, or the oracle's farthest next use.
+    // Least recently released first, or the oracle's farthest next use;
+    // those needed within keep_within_ only when nothing else is left.
     const std::uint64_t key = oracle_ ? oracle_(handle) : ~b.released_at;
-    if (best == nullptr || key > best_key) {
+    if (limit != nullptr && key <= *limit) continue;
+    const bool kept = oracle_ && key <= keep_within_;
+    if (best == nullptr || (best_kept && !kept) || (kept == best_kept && key > best_key)) {
       best = &b;
       best_key = key;
+      best_kept = kept;
     }
   }
   return best;
@@ -226,6 +273,11 @@ result<void*> residency_manager::host_memory(std::size_t bytes) {
 
 status residency_manager::spill_to_host(buffer& b) {
   (void)retire(b, true);
+  if (b.prefetched) {  // brought in ahead and never used: wasted
+    ++stats_.prefetch_wasted;
+    stats_.prefetch_wasted_bytes += b.bytes;
+    set_prefetched(b, false);
+  }
   auto host = host_memory(b.bytes);
   if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
     return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
@@ -256,85 +308,115 @@ std::size_t residency_manager::spill(std::size_t bytes) {
   return freed;
 }
 
-result<void*> residency_manager::device_memory(std::size_t bytes) {
+result<void*> residency_manager::device_memory(std::size_t bytes, const std::uint64_t* limit) {
+  // The pressure handler (spill) the allocation may call keeps to `limit`.
+  const std::uint64_t* outer = evict_limit_;
+  evict_limit_ = limit;
+  struct restore {
+    const std::uint64_t*& field;
+    const std::uint64_t* value;
+    ~restore() { field = value; }
+  } restore_limit{evict_limit_, outer};
   for (;;) {
     // The allocator's pressure handler already spilled enough bytes; but
     // freed blocks may share pages with live ones, so spill on until the
     // request fits or nothing evictable is left.
     auto p = alloc_.try_malloc(bytes);
     if (p || p.code() != errc::out_of_memory) return p;
-    buffer* v = victim(tier::device);
+    buffer* v = victim(tier::device, limit);
     if (v == nullptr) return p.error();
     if (auto s = spill_to_host(*v); !s) return s;
   }
 }
 
-status residency_manager::fill(buffer& b, void* stream) {
+status residency_manager::queue_fill_copy(buffer& b, void* dev) {
+  device& d = alloc_.dev();
+  if (!b.has_fill_event) {
+    auto e = d.create_event();
+    if (!e) return e.error();
+    b.filled = *e;
+    b.has_fill_event = true;
+  }
+  status queued = d.copy_async(dev, b.host, b.bytes, copy_direction::host_to_device, fill_stream_);
+  if (queued) queued = d.record_event(b.filled, fill_stream_);
+  if (!queued) {
+    (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
+    return queued;                             // the caller frees `dev`
+  }
+  b.staging = b.host;  // given back once the copy is done (retire)
+  b.host = nullptr;
+  b.device = dev;
+  stats_.staging_bytes += b.bytes;
+  ++stats_.fills_in_flight;
+  moved(b, tier::device, stats_.fills_from_host);
+  return {};
+}
+
+status residency_manager::fill(buffer& b) {
   const auto t0 = std::chrono::steady_clock::now();
   // Device memory first: making room may spill buffers to the host, and the
   // staging of an NVMe fill may then push those on to NVMe. The other way
   // round, the staging would hold the host memory the device spills need.
   auto dev = device_memory(b.bytes);
   if (!dev) return dev.error();
+  status st;
   if (b.where == tier::nvme) {
     auto host = host_memory(b.bytes);
     if (!host && host.code() == errc::out_of_memory) {
-      // The host tier cannot hold it: straight from NVMe to the device.
-      status streamed = stream_from_nvme(b, *dev, stream);
-      if (!streamed) (void)alloc_.try_free(*dev);
-      stats_.fill_wait_ns +=
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::steady_clock::now() - t0)
-                                         .count());
-      return streamed;
+      st = stream_from_nvme(b, *dev);  // the host tier cannot hold it: straight to the device
+    } else {
+      st = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
+      if (st) {
+        (void)nvme_->erase(b.extent);
+        b.host = *host;
+        moved(b, tier::host, stats_.fills_from_nvme);
+      } else if (host) {
+        host_->free(*host);
+      }
     }
-    status read = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
-    if (!read) {
-      if (host) host_->free(*host);
-      (void)alloc_.try_free(*dev);
-      return read;
-    }
-    (void)nvme_->erase(b.extent);
-    b.host = *host;
-    moved(b, tier::host, stats_.fills_from_nvme);
   }
+  if (st && b.where == tier::host) st = queue_fill_copy(b, *dev);
+  if (!st) (void)alloc_.try_free(*dev);  // the buffer stays where it was
+  stats_.fill_wait_ns += elapsed_ns(t0);
+  return st;
+}
+
+status residency_manager::order_after_fill(buffer& b, stream_handle stream, bool late) {
   device& d = alloc_.dev();
-  if (!b.has_fill_event) {
-    auto e = d.create_event();
-    if (!e) {
-      (void)alloc_.try_free(*dev);
-      return e.error();
-    }
-    b.filled = *e;
-    b.has_fill_event = true;
+  bool in_flight = false;
+  if (b.staging != nullptr) {
+    auto done = d.query_event(b.filled);
+    in_flight = !done.ok() || !done.yes();
   }
-  status queued = d.copy_async(*dev, b.host, b.bytes, copy_direction::host_to_device, fill_stream_);
-  if (queued) queued = d.record_event(b.filled, fill_stream_);
-  if (queued) queued = d.stream_wait_event(stream_handle{stream}, b.filled);
-  if (!queued) {
-    (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
-    (void)alloc_.try_free(*dev);
-    return queued;
+  if (b.prefetched) {
+    late = late || in_flight;
+    if (!late) ++stats_.prefetch_hits;
+    set_prefetched(b, false);
   }
-  b.staging = b.host;  // given back once the copy is done (retire)
-  b.host = nullptr;
-  b.device = *dev;
-  stats_.staging_bytes += b.bytes;
-  moved(b, tier::device, stats_.fills_from_host);
-  stats_.fill_wait_ns += static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
-  return {};
+  if (late) ++stats_.late_fills;
+  return in_flight ? probes_->wait(d, stream, b.filled) : status{};
 }
 
 result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
-  if (auto s = check_stream(alloc_.dev(), stream, "acquire"); !s) return s;
-  std::lock_guard lock(mu_);
+  auto consumer = check_stream(alloc_.dev(), stream, "acquire");
+  if (!consumer) return consumer.error();
+  std::unique_lock lock(mu_);
   retire_finished();
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
   ++b.acquired;  // not a victim while it comes in
+  bool late = false;
+  if (b.reading) {
+    wait_for_read(lock, b);
+    late = true;
+  }
+  if (!b.read_failure.ok()) {  // a prefetch's read failed: the buffer is still on NVMe
+    status failed = b.read_failure;
+    b.read_failure = {};
+    --b.acquired;
+    return failed;
+  }
   if (b.where == tier::none) {
     auto dev = device_memory(b.bytes);
     if (!dev) {
@@ -345,16 +427,21 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
     b.where = tier::device;
     stats_.device_bytes += b.bytes;
   } else if (b.where != tier::device) {
-    if (auto s = fill(b, stream); !s) {
+    if (auto s = fill(b); !s) {
       --b.acquired;
       return s;
     }
+    late = true;
+  }
+  if (auto s = order_after_fill(b, *consumer, late); !s) {
+    --b.acquired;
+    return s;
   }
   return b.device;
 }
 
 status residency_manager::release(std::uint64_t handle, void* stream) {
-  if (auto s = check_stream(alloc_.dev(), stream, "release"); !s) return s;
+  if (auto s = check_stream(alloc_.dev(), stream, "release"); !s) return s.error();
   std::lock_guard lock(mu_);
   retire_finished();
   auto it = buffers_.find(handle);
@@ -378,13 +465,16 @@ status residency_manager::release(std::uint64_t handle, void* stream) {
 }
 
 status residency_manager::unregister(std::uint64_t handle) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   if (it->second.acquired > 0) {
     return {errc::invalid_argument,
             "residency manager: buffer " + std::to_string(handle) + " is still acquired"};
   }
+  // A prefetch read into its host memory finishes first (the reader hands
+  // it back to this buffer).
+  if (it->second.reading) reads_done_.wait(lock, [&] { return !it->second.reading; });
   drop(it->second);
   buffers_.erase(it);
   return {};
@@ -398,14 +488,46 @@ result<tier> residency_manager::where(std::uint64_t handle) {
 }
 
 void residency_manager::set_eviction_oracle(
-    std::function<std::uint64_t(std::uint64_t handle)> next_use) {
+    std::function<std::uint64_t(std::uint64_t handle)> next_use, std::uint64_t keep_within) {
   std::lock_guard lock(mu_);
   oracle_ = std::move(next_use);
+  keep_within_ = keep_within;
 }
 
 residency_manager::counters residency_manager::stats() {
   std::lock_guard lock(mu_);
-  return stats_;
+  counters c = stats_;
+  c.stall_ns += probes_->stall_ns();
+  return c;
+}
+
+stat_map residency_manager::to_map(const counters& c) {
+  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
+  return {{"device_bytes", v(c.device_bytes)},
+          {"host_bytes", v(c.host_bytes)},
+          {"nvme_bytes", v(c.nvme_bytes)},
+          {"spills_to_host", v(c.spills_to_host)},
+          {"spills_to_nvme", v(c.spills_to_nvme)},
+          {"fills_from_host", v(c.fills_from_host)},
+          {"fills_from_nvme", v(c.fills_from_nvme)},
+          {"bytes_moved", v(c.bytes_moved)},
+          {"bytes_to_host", v(c.bytes_to_host)},
+          {"bytes_to_nvme", v(c.bytes_to_nvme)},
+          {"bytes_from_nvme", v(c.bytes_from_nvme)},
+          {"bytes_from_host", v(c.bytes_from_host)},
+          {"staging_bytes", v(c.staging_bytes)},
+          {"fill_wait_ns", v(c.fill_wait_ns)},
+          {"prefetch_reads", v(c.prefetch_reads)},
+          {"prefetch_copies", v(c.prefetch_copies)},
+          {"prefetch_hits", v(c.prefetch_hits)},
+          {"late_fills", v(c.late_fills)},
+          {"stall_ns", v(c.stall_ns)},
+          {"prefetch_wasted", v(c.prefetch_wasted)},
+          {"prefetch_wasted_bytes", v(c.prefetch_wasted_bytes)},
+          {"prefetch_no_room", v(c.prefetch_no_room)},
+          {"prefetch_failed", v(c.prefetch_failed)},
+          {"fills_in_flight", v(c.fills_in_flight)},
+          {"prefetched_bytes", v(c.prefetched_bytes)}};
 }
 
 }  // namespace strata

@@ -13,6 +13,8 @@
 //
 // Cost: two staging chunks of host memory for the duration; the thread
 // waits for the last copy (as the unstaged NVMe fill waits for its read).
+// prefetch() does not stream: a buffer the host tier cannot hold is filled
+// this way by its acquire.
 #include <algorithm>
 
 #include "pinned_host_pool.hpp"
@@ -92,7 +94,7 @@ status residency_manager::stream_to_nvme(buffer& b) {
   return {};
 }
 
-status residency_manager::stream_from_nvme(buffer& b, void* dev, void* stream) {
+status residency_manager::stream_from_nvme(buffer& b, void* dev) {
   staging_slots slots(*host_);
   for (std::size_t k = 0; k < 2; ++k) {
     auto p = host_memory(std::min(staging_chunk_, b.bytes));
@@ -118,17 +120,8 @@ status residency_manager::stream_from_nvme(buffer& b, void* dev, void* stream) {
   if (st) st = nvme_->check_read(b.extent, crc);
   // The slots go back when this returns: every copy from them must be done.
   if (auto synced = d.synchronize_stream(fill_stream_); st && !synced) st = synced;
-  if (!st) return st;  // the caller frees `dev`; the buffer stays on NVMe
-  if (!b.has_fill_event) {
-    auto e = d.create_event();
-    if (!e) return e.error();
-    b.filled = *e;
-    b.has_fill_event = true;
-  }
-  // The copies are done; the acquiring stream still orders after them.
-  if (auto s = d.record_event(b.filled, fill_stream_); !s) return s;
-  if (auto s = d.stream_wait_event(stream_handle{stream}, b.filled); !s) return s;
-  (void)nvme_->erase(b.extent);
+  if (!st) return st;            // the caller frees `dev`; the buffer stays on NVMe
+  (void)nvme_->erase(b.extent);  // the copies are done: nothing for the acquirer to wait on
   b.device = dev;
   moved(b, tier::device, stats_.fills_from_nvme);
   return {};

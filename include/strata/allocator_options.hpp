@@ -48,6 +48,18 @@ struct offload_options {
   /// Read every spill back from the disk and check it before the host copy
   /// is freed (one more read of each spilled buffer).
   bool nvme_verify = true;
+  /// Prefetcher (docs/prefetch.md): most device bytes in prefetch fills in
+  /// flight plus prefetched buffers not yet acquired; 0 turns prefetch off.
+  std::uint64_t prefetch_bytes = 512ULL << 20;
+  /// Prefetch fills outstanding at once (NVMe reads and device copies), 1 to 1024.
+  std::uint64_t prefetch_inflight = 16;
+  /// Bytes of upcoming acquires whose buffers are read from NVMe to the host.
+  std::uint64_t host_lookahead = 2ULL << 30;
+  /// Bytes of upcoming acquires whose buffers are copied to the device.
+  std::uint64_t device_lookahead = 512ULL << 20;
+  /// A released buffer needed again within this many bytes of acquires is
+  /// spilled only when nothing else can be.
+  std::uint64_t reuse_distance = 0;
 };
 
 /// Limits of the event trace's options: events in the ring, frames per

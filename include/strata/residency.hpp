@@ -23,9 +23,11 @@
 //
 // Eviction picks among released, evictable buffers (policy `evictable`) the
 // least recently released, or the one the oracle (set_eviction_oracle) says
-// is needed last. The manager registers a pressure handler with the
-// allocator, so an allocation that would fail anywhere spills released
-// buffers first.
+// is needed last; buffers the oracle says are needed within `keep_within`
+// bytes go only when no other is left. The manager registers a pressure
+// handler with the allocator, so an allocation that would fail anywhere
+// spills released buffers first, and a stats source (the "offload" section
+// of the allocator's stats() and memory_summary()).
 //
 // Device memory comes from a strata::allocator (device-wide malloc/free);
 // copies run on the manager's own two streams, one per direction, so a
@@ -36,16 +38,31 @@
 // fill is given back once its event is done (checked at every call, waited
 // for when host memory is short).
 //
+// Prefetch (prefetch()): a fill started ahead of the acquire, never waited
+// for on the calling thread. A fetch is a pipeline of stages, each ordered
+// after the one before: NVMe -> pinned host memory (a read on the manager's
+// reader thread, checksum checked when it completes), then host -> device
+// (a copy queued on the fill stream when the read is in). A failed read
+// leaves the buffer on NVMe and is reported by the next acquire of it.
+// Device memory for a prefetch is taken when its copy is queued, and only
+// by spilling buffers the oracle says are needed later (without an oracle:
+// none); when there is no room the prefetch is not issued (no_room).
+//
 // Thread safety: every member may be called concurrently; one recursive
 // mutex serializes them (the pressure handler may re-enter from an
-// allocation the manager itself makes).
+// allocation the manager itself makes). The reader thread takes the same
+// mutex only to hand a finished read back.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "strata/allocator_options.hpp"
@@ -58,6 +75,7 @@ namespace strata {
 class io_faults;
 class nvme_store;
 class pinned_host_pool;
+class stall_probes;
 
 enum class buffer_kind : std::uint8_t { parameter, gradient, optimizer_state, other };
 enum class residency_policy : std::uint8_t {
@@ -65,6 +83,23 @@ enum class residency_policy : std::uint8_t {
   pinned_on_device  ///< never spilled
 };
 enum class tier : std::uint8_t { none, device, host, nvme };
+
+/// What a prefetch() did.
+enum class prefetch_outcome : std::uint8_t {
+  resident,     ///< nothing to do: there already, on its way, acquired, or never filled
+  started,      ///< a read or a copy was issued
+  over_budget,  ///< it would pass the limits: nothing issued
+  no_room       ///< no memory without spilling a buffer needed sooner: nothing issued
+};
+
+/// Limits a prefetch() keeps within (checked before it issues anything).
+struct prefetch_limits {
+  /// Most bytes headed for the device by prefetch and not yet acquired
+  /// (fills in flight plus prefetched buffers), this one included.
+  std::uint64_t device_bytes = std::numeric_limits<std::uint64_t>::max();
+  /// Most fills outstanding (NVMe reads and device copies), this one included.
+  std::uint64_t inflight = std::numeric_limits<std::uint64_t>::max();
+};
 
 class STRATA_API residency_manager {
  public:
@@ -105,9 +140,25 @@ class STRATA_API residency_manager {
   /// Where the buffer is now. Errors: invalid_argument (unknown handle).
   [[nodiscard]] result<tier> where(std::uint64_t handle);
 
+  /// Starts moving the buffer towards `to` (tier::host or tier::device)
+  /// without waiting for anything: an NVMe read on the reader thread, a
+  /// host-to-device copy on the fill stream, or both in turn. `next_use`
+  /// (the oracle's unit) bounds what may be spilled to make device room:
+  /// only buffers the oracle says are needed later than that. The next
+  /// acquire of the buffer waits for the fill in stream order (for a read
+  /// still in flight: on the acquiring thread) and reports a failed read.
+  /// Errors: invalid_argument (unknown handle, `to` not host or device),
+  /// device errors queueing a copy (nothing issued).
+  result<prefetch_outcome> prefetch(std::uint64_t handle, tier to, std::uint64_t next_use,
+                                    prefetch_limits limits = {});
+
   /// `next_use(handle)` = how far ahead the buffer is needed (larger: spill
-  /// first); null restores least-recently-released.
-  void set_eviction_oracle(std::function<std::uint64_t(std::uint64_t handle)> next_use);
+  /// first); buffers with next_use <= `keep_within` are spilled only when
+  /// no other is left. The oracle is called under the manager's mutex, from
+  /// any thread that spills: it must not call the manager. Null restores
+  /// least-recently-released.
+  void set_eviction_oracle(std::function<std::uint64_t(std::uint64_t handle)> next_use,
+                           std::uint64_t keep_within = 0);
   /// Spills released buffers off the device until `bytes` are freed (or
   /// none is left); returns the bytes freed. The pressure handler.
   std::size_t spill(std::size_t bytes);
@@ -121,10 +172,31 @@ class STRATA_API residency_manager {
     std::uint64_t fills_from_host = 0;
     std::uint64_t fills_from_nvme = 0;
     std::uint64_t bytes_moved = 0;
-    std::uint64_t staging_bytes = 0;  ///< host memory of fills still in flight
-    std::uint64_t fill_wait_ns = 0;   ///< time callers spent in fills (I/O, waits)
+    std::uint64_t bytes_to_host = 0;    ///< spilled device -> host
+    std::uint64_t bytes_to_nvme = 0;    ///< spilled host or device -> NVMe
+    std::uint64_t bytes_from_nvme = 0;  ///< filled NVMe -> host or device
+    std::uint64_t bytes_from_host = 0;  ///< filled host -> device
+    std::uint64_t staging_bytes = 0;    ///< host memory of fills still in flight
+    std::uint64_t fill_wait_ns = 0;     ///< time callers spent in fills (I/O, waits)
+    std::uint64_t prefetch_reads = 0;   ///< NVMe reads issued by prefetch()
+    std::uint64_t prefetch_copies = 0;  ///< host-to-device copies issued by prefetch()
+    std::uint64_t prefetch_hits = 0;    ///< acquires that found a prefetched buffer filled
+    /// Acquires whose fill was not done: started at the acquire, or a
+    /// prefetch still in flight.
+    std::uint64_t late_fills = 0;
+    /// Time consuming streams waited for late fills (host functions around
+    /// the wait), plus acquires' waits for reads in flight (ns).
+    std::uint64_t stall_ns = 0;
+    std::uint64_t prefetch_wasted = 0;        ///< prefetched buffers spilled before use
+    std::uint64_t prefetch_wasted_bytes = 0;  ///< their bytes
+    std::uint64_t prefetch_no_room = 0;       ///< prefetches not issued for lack of memory
+    std::uint64_t prefetch_failed = 0;        ///< prefetch reads that failed (reported at acquire)
+    std::uint64_t fills_in_flight = 0;        ///< reads and copies outstanding now
+    std::uint64_t prefetched_bytes = 0;       ///< headed for the device by prefetch, not acquired
   };
   [[nodiscard]] counters stats();
+  /// The counters by name (the "offload" stats section).
+  [[nodiscard]] static stat_map to_map(const counters& c);
 
  private:
   struct buffer {
@@ -142,27 +214,57 @@ class STRATA_API residency_manager {
     void* staging = nullptr;  // host memory of a fill in flight
     event_handle filled{};    // recorded on the fill stream after a fill
     bool has_fill_event = false;
+    bool reading = false;        // an NVMe read into `host` runs on the reader thread
+    bool prefetched = false;     // headed for the device by prefetch(), not acquired
+    std::uint64_t next_use = 0;  // the prefetch's, for making device room
+    status read_failure{};       // a prefetch read's error, for the next acquire
+  };
+  struct read_job {
+    std::uint64_t handle;
+    std::uint64_t extent;
+    void* host;
+    std::size_t bytes;
   };
 
   residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                     std::unique_ptr<nvme_store> nvme, bool verify_nvme);
-  // A released device (or host) buffer to move down, or null.
-  buffer* victim(tier from);
+  // A released device (or host) buffer to move down, or null; with
+  // `limit`, only one the oracle says is needed later than it.
+  buffer* victim(tier from, const std::uint64_t* limit = nullptr);
   status spill_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
   // The streamed paths (staged_transfer.cpp): device <-> NVMe through the
   // staging chunks, for buffers the host tier cannot hold.
   status stream_to_nvme(buffer& b);
-  status stream_from_nvme(buffer& b, void* dev, void* stream);
+  status stream_from_nvme(buffer& b, void* dev);
   // Host memory for `bytes`, spilling host buffers to NVMe if needed.
   result<void*> host_memory(std::size_t bytes);
-  status fill(buffer& b, void* stream);
+  // Fills `b` (on the host or NVMe) onto the device; the copy from the
+  // host is queued (order_after_fill makes the acquirer wait for it).
+  status fill(buffer& b);
   // Gives back the host memory of `b`'s finished fill (waiting for it if
   // `wait`); false if it is still in flight.
   bool retire(buffer& b, bool wait);
   void retire_finished();
-  // Device memory for `bytes`, spilling released buffers while it is short.
-  result<void*> device_memory(std::size_t bytes);
+  // Device memory for `bytes`, spilling released buffers (with `limit`, as
+  // victim's) while it is short.
+  result<void*> device_memory(std::size_t bytes, const std::uint64_t* limit = nullptr);
+  // Queues the host-to-device copy of `b` (on the host) into `dev` and
+  // makes `dev` the buffer's; the acquiring stream waits for `b.filled`.
+  status queue_fill_copy(buffer& b, void* dev);
+  // Makes the acquiring `stream` wait for `b`'s fill if it is in flight and
+  // counts the acquire as a hit or a late fill (`late`: the acquire filled
+  // it or waited for its read).
+  status order_after_fill(buffer& b, stream_handle stream, bool late);
+  // The prefetch stages (prefetch_fill.cpp): a read on the reader thread,
+  // the copy to the device, the reader's loop and its hand-back.
+  result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b);
+  result<prefetch_outcome> start_device_copy(buffer& b);
+  void reader_loop();
+  void finish_read(const read_job& job, status read);
+  // Waits (releasing the mutex) until `b`'s read is in; counts the wait.
+  void wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
+  void set_prefetched(buffer& b, bool on);
   // Copies on the spill stream and waits for the copy.
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
@@ -186,8 +288,18 @@ class STRATA_API residency_manager {
   std::uint64_t next_handle_ = 1;
   std::uint64_t tick_ = 0;
   std::function<std::uint64_t(std::uint64_t)> oracle_;
+  std::uint64_t keep_within_ = 0;
+  const std::uint64_t* evict_limit_ = nullptr;  // set while a prefetch makes device room
   counters stats_;
+  std::unique_ptr<stall_probes> probes_;
   std::uint64_t handler_ = 0;
+  std::uint64_t stats_source_ = 0;
+  // The reader thread (started with the NVMe tier) and its queue.
+  std::deque<read_job> reads_;
+  std::condition_variable_any reads_queued_;  // the reader waits for jobs
+  std::condition_variable_any reads_done_;    // acquires wait for a read
+  bool stopping_ = false;
+  std::thread reader_;
 };
 
 }  // namespace strata

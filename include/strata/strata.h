@@ -79,12 +79,16 @@ STRATA_C_API strata_status strata_trim(strata_allocator* a, size_t keep_bytes);
 STRATA_C_API strata_status strata_set_memory_fraction(strata_allocator* a, double fraction);
 
 /* One counter by its torch.cuda.memory_stats() name, e.g.
- * "allocated_bytes.all.current". Unknown names are INVALID_ARGUMENT. */
+ * "allocated_bytes.all.current", or a layer's counter by "<section>.<name>"
+ * (the residency manager's "offload.*", the prefetcher's "prefetch.*").
+ * Unknown names are INVALID_ARGUMENT. */
 STRATA_C_API strata_status strata_get_stat(strata_allocator* a, const char* name, int64_t* value);
 STRATA_C_API strata_status strata_reset_peak_stats(strata_allocator* a);
 
 /* Text and JSON reports, returned as strings the caller frees with
- * strata_string_free. */
+ * strata_string_free. The stats JSON and the memory summary include the
+ * counters of the layers above registered with the allocator (the residency
+ * manager's "offload" section, the prefetcher's "prefetch"). */
 STRATA_C_API strata_status strata_stats_json(strata_allocator* a, char** out);
 STRATA_C_API strata_status strata_memory_summary(strata_allocator* a, char** out);
 STRATA_C_API strata_status strata_snapshot_json(strata_allocator* a, char** out);

@@ -97,7 +97,8 @@ class STRATA_API allocator {
   void trim(std::size_t keep_bytes);
   /// Limits the bytes held to `fraction` (0, 1] of the device's memory.
   void set_memory_fraction(double fraction);
-  /// The counters by their torch.cuda.memory_stats() names.
+  /// The counters by their torch.cuda.memory_stats() names, then those of
+  /// the stats sources (add_stats_source) as "<section>.<name>".
   [[nodiscard]] stat_map stats() const;
   /// The same counters as a struct (strata/allocator_stats.hpp): no map, no
   /// strings, cheap enough to read after every call.
@@ -129,6 +130,15 @@ class STRATA_API allocator {
   std::uint64_t add_pressure_handler(std::function<std::size_t(std::size_t bytes)> handler);
   /// Throws `error` (invalid_argument) for an unknown id.
   void remove_pressure_handler(std::uint64_t id);
+  /// Registers counters of a layer above the allocator (the residency
+  /// manager, the prefetcher): `read()`'s counters appear in stats() as
+  /// "<section>.<name>" and as a section of memory_summary(). `read` runs
+  /// on the thread asking for the stats, without any allocator lock held.
+  /// Returns an id for remove_stats_source.
+  std::uint64_t add_stats_source(std::string section, std::function<stat_map()> read);
+  /// Throws `error` (invalid_argument) for an unknown id. A read already
+  /// under way finishes.
+  void remove_stats_source(std::uint64_t id);
 
   /// The device this allocator allocates on, for the layers above (streams,
   /// events, copies, pinned host memory); valid as long as the allocator.

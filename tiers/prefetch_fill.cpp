@@ -1,0 +1,158 @@
+// The residency manager's prefetch stages (residency.hpp, "Prefetch"): a
+// fetch is NVMe -> pinned host (a read on the reader thread) then host ->
+// device (a copy queued on the fill stream), each issued when the one
+// before is done; neither is waited for by the thread that called
+// prefetch(). A later stage (an all-gather of shards) would be queued from
+// finish_read's hand-back in the same way, after the copy's event.
+//
+// Invariants: a buffer with `reading` set is on NVMe, owns `host` (the
+// read's destination), is in the reader's queue or being read, and is
+// neither a victim nor dropped (unregister waits for the read); it counts
+// in fills_in_flight until finish_read. `prefetched` buffers count in
+// prefetched_bytes until acquired, spilled (wasted) or their read fails.
+//
+// Cost: prefetch() takes the mutex and does no I/O and no wait; the reader
+// holds the mutex only to take a job and to hand its result back.
+#include <chrono>
+#include <string>
+
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier to,
+                                                     std::uint64_t next_use,
+                                                     prefetch_limits limits) {
+  if (to != tier::host && to != tier::device) {
+    return status{errc::invalid_argument,
+                  "residency manager: prefetch goes to the host or the device tier"};
+  }
+  std::lock_guard lock(mu_);
+  retire_finished();
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) {
+    return status{errc::invalid_argument,
+                  "residency manager: no buffer with handle " + std::to_string(handle)};
+  }
+  buffer& b = it->second;
+  if (b.acquired > 0 || b.where == tier::none || b.where == tier::device ||
+      (to == tier::host && b.where == tier::host)) {
+    return prefetch_outcome::resident;
+  }
+  const bool to_device = to == tier::device;
+  if (to_device && !b.prefetched && stats_.prefetched_bytes + b.bytes > limits.device_bytes) {
+    return prefetch_outcome::over_budget;
+  }
+  if (b.reading) {  // the read is under way: it goes on to the device when in
+    if (!to_device || b.prefetched) return prefetch_outcome::resident;
+    b.next_use = next_use;
+    set_prefetched(b, true);
+    return prefetch_outcome::started;
+  }
+  if (stats_.fills_in_flight + 1 > limits.inflight) return prefetch_outcome::over_budget;
+  b.next_use = next_use;
+  if (b.where == tier::nvme) {
+    auto started = start_read(handle, b);
+    if (started && *started == prefetch_outcome::started && to_device) set_prefetched(b, true);
+    return started;
+  }
+  return start_device_copy(b);
+}
+
+result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buffer& b) {
+  // Only memory the host tier has free: a prefetch spills nothing to NVMe
+  // and waits for nothing.
+  auto host = host_->allocate(b.bytes);
+  if (!host && host.code() == errc::out_of_memory && stats_.staging_bytes > 0) {
+    retire_finished();
+    host = host_->allocate(b.bytes);
+  }
+  if (!host) {
+    if (host.code() != errc::out_of_memory) return host.error();
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
+  b.host = *host;
+  b.reading = true;
+  ++stats_.fills_in_flight;
+  ++stats_.prefetch_reads;
+  reads_.push_back({handle, b.extent, *host, b.bytes});
+  reads_queued_.notify_one();
+  return prefetch_outcome::started;
+}
+
+result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
+  const std::uint64_t limit = b.next_use;
+  auto dev = device_memory(b.bytes, &limit);
+  if (!dev) {
+    if (dev.code() != errc::out_of_memory) return dev.error();
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
+  if (auto s = queue_fill_copy(b, *dev); !s) {
+    (void)alloc_.try_free(*dev);
+    return s;
+  }
+  set_prefetched(b, true);
+  ++stats_.prefetch_copies;
+  return prefetch_outcome::started;
+}
+
+void residency_manager::reader_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    reads_queued_.wait(lock, [&] { return stopping_ || !reads_.empty(); });
+    if (stopping_) {
+      // The manager is going: the queued reads never run; their buffers
+      // stay on NVMe and drop() frees the host memory they hold.
+      for (const read_job& job : reads_) {
+        if (auto it = buffers_.find(job.handle); it != buffers_.end()) it->second.reading = false;
+      }
+      reads_.clear();
+      reads_done_.notify_all();
+      return;
+    }
+    const read_job job = reads_.front();
+    reads_.pop_front();
+    lock.unlock();
+    status read = nvme_->read(job.extent, job.host, job.bytes);  // checksum checked
+    lock.lock();
+    finish_read(job, read);
+  }
+}
+
+void residency_manager::finish_read(const read_job& job, status read) {
+  buffer& b = buffers_.at(job.handle);  // unregister waits for the read
+  b.reading = false;
+  --stats_.fills_in_flight;
+  if (!read) {  // the extent stays: the buffer is still on NVMe, whole
+    host_->free(b.host);
+    b.host = nullptr;
+    b.read_failure = std::move(read);
+    ++stats_.prefetch_failed;
+    set_prefetched(b, false);
+  } else {
+    (void)nvme_->erase(b.extent);
+    moved(b, tier::host, stats_.fills_from_nvme);
+    // The next stage, unless an acquire is already waiting to fill it.
+    if (b.prefetched && b.acquired == 0) {
+      auto copied = start_device_copy(b);
+      if (!copied || *copied != prefetch_outcome::started) set_prefetched(b, false);
+    }
+  }
+  reads_done_.notify_all();
+}
+
+void residency_manager::wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
+  const auto t0 = std::chrono::steady_clock::now();
+  reads_done_.wait(lock, [&] { return !b.reading; });
+  const auto waited = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+  stats_.stall_ns += waited;
+  stats_.fill_wait_ns += waited;
+}
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+// How long consuming streams wait for fills: a probe is two host functions
+// queued on the consuming stream around its wait for a fill's event; the
+// first notes when the stream got there, the second when it went on. Their
+// difference is the stall, measured on the stream itself (not the thread
+// that queued the wait).
+//
+// Invariants: a slot is busy from `wait` until its second host function has
+// run; the probes' owner outlives every busy slot (drain waits for them).
+// Cost: two host functions per measured wait; only late fills are measured.
+//
+// Thread safety: `wait` is called under the residency manager's mutex;
+// the host functions run on driver threads and touch only their slot and
+// the atomic total.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "strata/device.hpp"
+#include "strata/error.hpp"
+
+namespace strata {
+
+class stall_probes {
+ public:
+  // Queues on `consumer` a wait for `fill`, with a probe around it when a
+  // slot is free (without one, the wait is still queued, not measured).
+  status wait(device& d, stream_handle consumer, event_handle fill);
+  // Nanoseconds consuming streams have stalled, over every finished probe.
+  [[nodiscard]] std::uint64_t stall_ns() const noexcept {
+    return stall_ns_.load(std::memory_order_relaxed);
+  }
+  // Waits until no probe is in flight (the device is synchronized if one is).
+  void drain(device& d);
+
+ private:
+  struct slot {
+    std::atomic<bool> busy{false};
+    std::int64_t arrived_ns = 0;  // written by the first host function
+    stall_probes* owner = nullptr;
+  };
+  static void arrived(void* arg);
+  static void left(void* arg);
+
+  std::array<slot, 64> slots_{};
+  std::atomic<std::uint64_t> stall_ns_{0};
+  std::atomic<unsigned> busy_{0};
+};
+
+}  // namespace strata
