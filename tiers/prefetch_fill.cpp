@@ -11,8 +11,10 @@
 // in fills_in_flight until finish_read. `prefetched` buffers count in
 // prefetched_bytes until acquired, spilled (wasted) or their read fails.
 //
-// Cost: prefetch() takes the mutex and does no I/O and no wait; the reader
-// holds the mutex only to take a job and to hand its result back.
+// Cost: prefetch() takes the mutex and waits for no fill; making room for
+// one may spill buffers needed later (spills wait for their copy, as
+// always). The reader holds the mutex only to take a job and to hand its
+// result back.
 #include <chrono>
 #include <string>
 
@@ -62,11 +64,16 @@ result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier 
 }
 
 result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buffer& b) {
-  // Only memory the host tier has free: a prefetch spills nothing to NVMe
-  // and waits for nothing.
+  // Host room: host buffers the oracle says are needed later than this one
+  // may be spilled on to NVMe (a spill, waited for as every spill is); the
+  // read itself is not waited for.
+  const std::uint64_t limit = b.next_use;
   auto host = host_->allocate(b.bytes);
-  if (!host && host.code() == errc::out_of_memory && stats_.staging_bytes > 0) {
-    retire_finished();
+  while (!host && host.code() == errc::out_of_memory) {
+    if (stats_.staging_bytes > 0) retire_finished();
+    buffer* v = victim(tier::host, &limit);
+    if (v == nullptr) break;
+    if (auto s = spill_to_nvme(*v); !s) return s;
     host = host_->allocate(b.bytes);
   }
   if (!host) {
@@ -85,7 +92,9 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
 
 result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
   const std::uint64_t limit = b.next_use;
+  ++b.acquired;  // making room must not spill this buffer on to NVMe
   auto dev = device_memory(b.bytes, &limit);
+  --b.acquired;
   if (!dev) {
     if (dev.code() != errc::out_of_memory) return dev.error();
     ++stats_.prefetch_no_room;

@@ -10,7 +10,24 @@
 struct strata_residency {
   std::atomic<strata::residency_manager*> impl{nullptr};
   strata_allocator* allocator = nullptr;  // borrowed until this manager is destroyed
+  std::atomic<unsigned> users{0};         // prefetchers over it; destroy refuses while any
 };
+
+namespace strata::c_api {
+
+residency_manager* borrow(strata_residency* handle) {
+  if (handle == nullptr) return nullptr;
+  handle->users.fetch_add(1, std::memory_order_acq_rel);
+  residency_manager* r = handle->impl.load(std::memory_order_acquire);
+  if (r == nullptr) handle->users.fetch_sub(1, std::memory_order_acq_rel);
+  return r;
+}
+
+void give_back(strata_residency* handle) {
+  handle->users.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+}  // namespace strata::c_api
 
 namespace {
 
@@ -64,6 +81,10 @@ strata_status strata_residency_create(strata_allocator* allocator, const char* c
 
 strata_status strata_residency_destroy(strata_residency* r) {
   if (r == nullptr) return no_manager(r);
+  if (r->users.load(std::memory_order_acquire) != 0 && get(r) != nullptr) {
+    return fail(strata::errc::invalid_argument,
+                "the residency manager still has a prefetcher: destroy it first");
+  }
   strata::residency_manager* impl = r->impl.exchange(nullptr, std::memory_order_acq_rel);
   if (impl == nullptr) return no_manager(r);
   delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
@@ -123,16 +144,9 @@ strata_status strata_residency_where(strata_residency* r, uint64_t handle, strat
 strata_status strata_residency_stats_json(strata_residency* r, char** out) {
   auto* impl = get(r);
   if (impl == nullptr) return no_manager(r);
-  const auto c = impl->stats();
-  const std::pair<const char*, std::uint64_t> fields[] = {
-      {"device_bytes", c.device_bytes},       {"host_bytes", c.host_bytes},
-      {"nvme_bytes", c.nvme_bytes},           {"spills_to_host", c.spills_to_host},
-      {"spills_to_nvme", c.spills_to_nvme},   {"fills_from_host", c.fills_from_host},
-      {"fills_from_nvme", c.fills_from_nvme}, {"bytes_moved", c.bytes_moved},
-      {"staging_bytes", c.staging_bytes},     {"fill_wait_ns", c.fill_wait_ns}};
   std::string json = "{";
-  for (const auto& [name, value] : fields) {
-    json += (json.size() > 1 ? ",\"" : "\"") + std::string(name) + "\":" + std::to_string(value);
+  for (const auto& [name, value] : strata::residency_manager::to_map(impl->stats())) {
+    json += (json.size() > 1 ? ",\"" : "\"") + name + "\":" + std::to_string(value);
   }
   return strata::c_api::copy_out(json + "}", out);
 }

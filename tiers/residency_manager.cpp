@@ -215,8 +215,9 @@ status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
 
 residency_manager::buffer* residency_manager::victim(tier from, const std::uint64_t* limit) {
   if (limit == nullptr && from == tier::device) limit = evict_limit_;
-  // Making room for a prefetch: only what the oracle says is needed later.
-  if (limit != nullptr && !oracle_) return nullptr;
+  // Making room for a prefetch: only what the oracle says is needed later
+  // (without an oracle, a released buffer's next use is unknown: later).
+  if (!oracle_) limit = nullptr;
   buffer* best = nullptr;
   std::uint64_t best_key = 0;
   bool best_kept = true;
@@ -317,6 +318,23 @@ result<void*> residency_manager::device_memory(std::size_t bytes, const std::uin
     const std::uint64_t* value;
     ~restore() { field = value; }
   } restore_limit{evict_limit_, outer};
+  // A prefetch makes room first, within its limit, so that one that cannot
+  // fit is not issued quietly rather than through the allocator's OOM
+  // chain and report.
+  while (limit != nullptr) {
+    memory_info room;
+    try {
+      room = alloc_.available_memory();
+    } catch (const error& e) {
+      return e.to_status();
+    }
+    if (room.free >= bytes) break;
+    buffer* v = victim(tier::device, limit);
+    if (v == nullptr) {
+      return status{errc::out_of_memory, "residency manager: no room for a prefetch"};
+    }
+    if (auto s = spill_to_host(*v); !s) return s;
+  }
   for (;;) {
     // The allocator's pressure handler already spilled enough bytes; but
     // freed blocks may share pages with live ones, so spill on until the
@@ -485,6 +503,13 @@ result<tier> residency_manager::where(std::uint64_t handle) {
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   return it->second.where;
+}
+
+result<std::size_t> residency_manager::size_of(std::uint64_t handle) {
+  std::lock_guard lock(mu_);
+  auto it = buffers_.find(handle);
+  if (it == buffers_.end()) return unknown(handle);
+  return it->second.bytes;
 }
 
 void residency_manager::set_eviction_oracle(

@@ -54,7 +54,8 @@ typedef enum strata_tier {
 STRATA_C_API strata_status strata_residency_create(strata_allocator* allocator, const char* conf,
                                                    strata_residency** out);
 /* Frees every managed buffer wherever it is and removes the pressure
- * handler. */
+ * handler. INVALID_ARGUMENT while a prefetcher (strata/prefetch.h) is built
+ * over it: destroy that first. */
 STRATA_C_API strata_status strata_residency_destroy(strata_residency* r);
 
 /* A new buffer of `bytes` (> 0, at most the device's memory); no storage

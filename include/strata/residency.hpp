@@ -70,6 +70,8 @@
 #include "strata/error.hpp"
 #include "strata/strata.hpp"
 
+struct strata_residency;  // the C handle (strata/residency.h)
+
 namespace strata {
 
 class io_faults;
@@ -139,6 +141,8 @@ class STRATA_API residency_manager {
   status unregister(std::uint64_t handle);
   /// Where the buffer is now. Errors: invalid_argument (unknown handle).
   [[nodiscard]] result<tier> where(std::uint64_t handle);
+  /// The buffer's size in bytes. Errors: invalid_argument (unknown handle).
+  [[nodiscard]] result<std::size_t> size_of(std::uint64_t handle);
 
   /// Starts moving the buffer towards `to` (tier::host or tier::device)
   /// without waiting for anything: an NVMe read on the reader thread, a
@@ -195,6 +199,8 @@ class STRATA_API residency_manager {
     std::uint64_t prefetched_bytes = 0;       ///< headed for the device by prefetch, not acquired
   };
   [[nodiscard]] counters stats();
+  /// The allocator the buffers' device memory comes from.
+  [[nodiscard]] allocator& device_allocator() const noexcept { return alloc_; }
   /// The counters by name (the "offload" stats section).
   [[nodiscard]] static stat_map to_map(const counters& c);
 
@@ -301,5 +307,17 @@ class STRATA_API residency_manager {
   bool stopping_ = false;
   std::thread reader_;
 };
+
+namespace c_api {
+
+/// The manager behind a C handle (strata/residency.h), counted as in use
+/// until give_back(): strata_residency_destroy refuses while any borrow is
+/// left (the prefetcher's C API holds one). Null for a null or destroyed
+/// handle. Thread safety: atomics; may race with destroy.
+STRATA_API residency_manager* borrow(strata_residency* handle);
+/// Ends one borrow() of `handle`.
+STRATA_API void give_back(strata_residency* handle);
+
+}  // namespace c_api
 
 }  // namespace strata

@@ -1,0 +1,143 @@
+// The prefetcher: buffers arrive on the device before the work that needs
+// them (docs/prefetch.md).
+//
+//   begin_step()                 a training step starts
+//   acquire(handle, stream)      as residency_manager::acquire, and the
+//                                buffers needed next are fetched ahead
+//   release(handle, stream)      as residency_manager::release
+//   end_step()                   the step is over
+//   prefetch(handle)             a hint: fetch this one now
+//
+// The first step (begin_step to end_step) records the order of acquires
+// (handle, stream, bytes). Later steps follow it with a cursor: an acquire
+// of another buffer than the next recorded one re-synchronizes at the next
+// position that buffer has in the order (counted, and logged to stderr once
+// per step with the handle that differed); a buffer not in the order at
+// all leaves the cursor where it is (counted as unrecorded). The order
+// itself stays as recorded.
+//
+// At each acquire the scheduler walks the order from the cursor (wrapping
+// into the next step) over the accesses that start within the lookahead,
+// in order: those within `device_lookahead` bytes are fetched to the
+// device while the bytes headed there (fills in flight plus prefetched
+// buffers not yet acquired) stay within `prefetch_bytes` and at most
+// `prefetch_inflight` fills are outstanding; the first that does not fit
+// stops device fetches for this walk. Those within `host_lookahead` bytes
+// are read from NVMe into pinned host memory (within `prefetch_inflight`).
+// A fetch never spills a buffer needed sooner than the one it brings in:
+// with no room it is not issued, and counted. The order is also the
+// residency manager's eviction oracle: spill the buffer needed furthest
+// ahead; one needed within `reuse_distance` bytes stays unless nothing
+// else can go.
+//
+// Thread safety: every member may be called concurrently. acquire and
+// release call the residency manager with no prefetcher lock held; one
+// mutex serializes the scheduler's walks, and a leaf mutex guards the order
+// (the eviction oracle takes only that one).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "strata/allocator_options.hpp"
+#include "strata/error.hpp"
+#include "strata/export.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+class access_order;
+struct access;
+
+class STRATA_API prefetcher {
+ public:
+  /// A prefetcher over `buffers` (which must outlive it), configured by the
+  /// prefetch keys of `options` (prefetch_bytes, prefetch_inflight,
+  /// host_lookahead, device_lookahead, reuse_distance). It becomes the
+  /// manager's eviction oracle and adds the "prefetch" section to the
+  /// allocator's stats. Errors: invalid_argument for options outside their
+  /// ranges (check_allocator_options).
+  static result<std::unique_ptr<prefetcher>> create(residency_manager& buffers,
+                                                    const offload_options& options);
+  prefetcher(const prefetcher&) = delete;
+  prefetcher& operator=(const prefetcher&) = delete;
+  prefetcher(prefetcher&&) = delete;
+  prefetcher& operator=(prefetcher&&) = delete;
+  /// Restores least-recently-released eviction and removes the stats
+  /// section. Fills it issued still complete (the manager owns them).
+  ~prefetcher();
+
+  /// A step begins: the first one records the order, later ones rewind the
+  /// cursor to its start (and fetch ahead from there). Errors:
+  /// invalid_argument if the step before was not ended.
+  status begin_step();
+  /// The step ends; the first one's recording becomes the order (an empty
+  /// recording is dropped: the next step records again). Errors:
+  /// invalid_argument without a begin_step.
+  status end_step();
+  /// residency_manager::acquire(handle, stream) (same result and errors),
+  /// recorded or followed in the order, then the next buffers are fetched
+  /// ahead. Outside begin_step/end_step nothing is recorded or followed.
+  result<void*> acquire(std::uint64_t handle, void* stream);
+  /// residency_manager::release(handle, stream).
+  status release(std::uint64_t handle, void* stream);
+  /// A hint: fetch `handle` to the device now, within the budgets, whether
+  /// or not an order is recorded. Not issuing (over the budgets, no room,
+  /// already there) is not an error; it is counted. Errors: invalid_argument
+  /// (unknown handle), device errors queueing the copy.
+  status prefetch(std::uint64_t handle);
+
+  struct counters {
+    std::uint64_t steps = 0;             ///< steps ended
+    std::uint64_t recorded = 0;          ///< accesses in the order
+    std::uint64_t in_order = 0;          ///< acquires that matched the order
+    std::uint64_t resyncs = 0;           ///< acquires that re-synchronized the cursor
+    std::uint64_t unrecorded = 0;        ///< acquires of buffers not in the order
+    std::uint64_t issued_device = 0;     ///< fetches to the device issued
+    std::uint64_t issued_host = 0;       ///< NVMe reads to the host issued
+    std::uint64_t over_budget = 0;       ///< walks stopped by prefetch_bytes or prefetch_inflight
+    std::uint64_t no_room = 0;           ///< fetches not issued for lack of memory
+    std::uint64_t hints = 0;             ///< prefetch() calls
+    std::uint64_t hints_not_issued = 0;  ///< hints over budget, without room or not needed
+    /// The residency manager's side of the fills (see its counters).
+    std::uint64_t hits = 0;
+    std::uint64_t late_fills = 0;
+    std::uint64_t stall_ns = 0;
+    std::uint64_t wasted = 0;
+    std::uint64_t wasted_bytes = 0;
+    /// Bytes moved between tiers during the last ended step.
+    std::uint64_t step_bytes_to_host = 0;
+    std::uint64_t step_bytes_to_nvme = 0;
+    std::uint64_t step_bytes_from_nvme = 0;
+    std::uint64_t step_bytes_from_host = 0;
+  };
+  [[nodiscard]] counters stats();
+  /// The counters by name (the "prefetch" stats section).
+  [[nodiscard]] static stat_map to_map(const counters& c);
+
+ private:
+  prefetcher(residency_manager& buffers, const offload_options& options);
+  // Fetches ahead from the cursor (see above). Needs walk_mu_.
+  void schedule();
+
+  residency_manager& buffers_;
+  std::uint64_t prefetch_bytes_;
+  std::uint64_t inflight_;
+  std::uint64_t host_lookahead_;
+  std::uint64_t device_lookahead_;
+  std::uint64_t reuse_distance_;
+  std::uint64_t stats_source_ = 0;
+  std::mutex walk_mu_;   // one scheduler walk at a time; held while calling the manager
+  std::mutex order_mu_;  // leaf: guards everything below; never held while calling the manager
+  std::unique_ptr<access_order> order_;
+  std::vector<access> recording_;  // the first step's acquires, until it ends
+  bool in_step_ = false;
+  bool logged_this_step_ = false;
+  counters stats_;
+  residency_manager::counters step_start_{};
+};
+
+}  // namespace strata

@@ -1,0 +1,112 @@
+// The prefetcher's C API (strata/prefetch.h); handles and errors as
+// strata/c_extension.hpp describes.
+#include <atomic>
+#include <string>
+
+#include "strata/c_extension.hpp"
+#include "strata/prefetch.h"
+#include "strata/prefetcher.hpp"
+
+struct strata_prefetcher {
+  std::atomic<strata::prefetcher*> impl{nullptr};
+  strata_residency* residency = nullptr;  // borrowed until this prefetcher is destroyed
+};
+
+namespace {
+
+using strata::c_api::fail;
+using strata::c_api::to_c;
+
+strata::prefetcher* get(strata_prefetcher* p) {
+  return p == nullptr ? nullptr : p->impl.load(std::memory_order_acquire);
+}
+
+strata_status no_prefetcher(strata_prefetcher* p) {
+  return fail(strata::errc::invalid_argument,
+              p == nullptr ? "null prefetcher handle" : "the prefetcher was destroyed");
+}
+
+strata_status null_output() {
+  return fail(strata::errc::invalid_argument, "null output pointer");
+}
+
+}  // namespace
+
+extern "C" {
+
+strata_status strata_prefetcher_create(strata_residency* residency, const char* conf,
+                                       strata_prefetcher** out) {
+  if (out == nullptr) return null_output();
+  strata::residency_manager* buffers = strata::c_api::borrow(residency);
+  if (buffers == nullptr) {
+    return fail(strata::errc::invalid_argument, residency == nullptr
+                                                    ? "null residency manager handle"
+                                                    : "the residency manager was destroyed");
+  }
+  auto options =
+      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  auto made = options ? strata::prefetcher::create(*buffers, options->offload)
+                      : strata::result<std::unique_ptr<strata::prefetcher>>(options.error());
+  if (!made) {
+    strata::c_api::give_back(residency);
+    return fail(made.error());
+  }
+  auto* handle = strata::c_api::new_slot<strata_prefetcher>();
+  handle->residency = residency;
+  handle->impl.store(made->release(), std::memory_order_release);
+  *out = handle;
+  return STRATA_OK;
+}
+
+strata_status strata_prefetcher_destroy(strata_prefetcher* p) {
+  if (p == nullptr) return no_prefetcher(p);
+  strata::prefetcher* impl = p->impl.exchange(nullptr, std::memory_order_acq_rel);
+  if (impl == nullptr) return no_prefetcher(p);
+  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  strata::c_api::give_back(p->residency);
+  return STRATA_OK;
+}
+
+strata_status strata_prefetcher_begin_step(strata_prefetcher* p) {
+  auto* impl = get(p);
+  return impl != nullptr ? to_c(impl->begin_step()) : no_prefetcher(p);
+}
+
+strata_status strata_prefetcher_end_step(strata_prefetcher* p) {
+  auto* impl = get(p);
+  return impl != nullptr ? to_c(impl->end_step()) : no_prefetcher(p);
+}
+
+strata_status strata_prefetcher_acquire(strata_prefetcher* p, uint64_t handle, void* stream,
+                                        void** out) {
+  auto* impl = get(p);
+  if (impl == nullptr) return no_prefetcher(p);
+  if (out == nullptr) return null_output();
+  auto ptr = impl->acquire(handle, stream);
+  if (!ptr) return fail(ptr.error());
+  *out = *ptr;
+  return STRATA_OK;
+}
+
+strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, void* stream) {
+  auto* impl = get(p);
+  return impl != nullptr ? to_c(impl->release(handle, stream)) : no_prefetcher(p);
+}
+
+strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle) {
+  auto* impl = get(p);
+  return impl != nullptr ? to_c(impl->prefetch(handle)) : no_prefetcher(p);
+}
+
+strata_status strata_prefetcher_stats_json(strata_prefetcher* p, char** out) {
+  auto* impl = get(p);
+  if (impl == nullptr) return no_prefetcher(p);
+  if (out == nullptr) return null_output();
+  std::string json = "{";
+  for (const auto& [name, value] : strata::prefetcher::to_map(impl->stats())) {
+    json += (json.size() > 1 ? ",\"" : "\"") + name + "\":" + std::to_string(value);
+  }
+  return strata::c_api::copy_out(json + "}", out);
+}
+
+}  // extern "C"

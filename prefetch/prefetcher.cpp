@@ -1,0 +1,249 @@
+#include "strata/prefetcher.hpp"
+
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+#include "access_order.hpp"
+#include "strata/strata.hpp"
+
+namespace strata {
+
+result<std::unique_ptr<prefetcher>> prefetcher::create(residency_manager& buffers,
+                                                       const offload_options& options) {
+  allocator_options all;
+  all.offload = options;
+  if (auto s = check_allocator_options(all); !s) return s;
+  std::unique_ptr<prefetcher> p(new prefetcher(buffers, options));
+  p->stats_source_ = buffers.device_allocator().add_stats_source(
+      "prefetch", [raw = p.get()] { return to_map(raw->stats()); });
+  return p;
+}
+
+prefetcher::prefetcher(residency_manager& buffers, const offload_options& options)
+    : buffers_(buffers),
+      prefetch_bytes_(options.prefetch_bytes),
+      inflight_(options.prefetch_inflight),
+      host_lookahead_(options.host_lookahead),
+      device_lookahead_(options.device_lookahead),
+      reuse_distance_(options.reuse_distance) {}
+
+prefetcher::~prefetcher() {
+  buffers_.set_eviction_oracle(nullptr);
+  try {
+    buffers_.device_allocator().remove_stats_source(stats_source_);
+  } catch (const error&) {  // added by create(): cannot be unknown
+  }
+}
+
+status prefetcher::begin_step() {
+  const residency_manager::counters now = buffers_.stats();
+  bool follow = false;
+  {
+    std::lock_guard lock(order_mu_);
+    if (in_step_) {
+      return {errc::invalid_argument, "prefetcher: begin_step before the last step ended"};
+    }
+    in_step_ = true;
+    logged_this_step_ = false;
+    step_start_ = now;
+    follow = order_ != nullptr;  // the first step records instead
+    if (follow) order_->rewind();
+  }
+  if (follow) {
+    std::lock_guard walk(walk_mu_);
+    schedule();
+  }
+  return {};
+}
+
+status prefetcher::end_step() {
+  const residency_manager::counters now = buffers_.stats();
+  bool installed = false;
+  {
+    std::lock_guard lock(order_mu_);
+    if (!in_step_) return {errc::invalid_argument, "prefetcher: end_step without begin_step"};
+    in_step_ = false;
+    ++stats_.steps;
+    stats_.step_bytes_to_host = now.bytes_to_host - step_start_.bytes_to_host;
+    stats_.step_bytes_to_nvme = now.bytes_to_nvme - step_start_.bytes_to_nvme;
+    stats_.step_bytes_from_nvme = now.bytes_from_nvme - step_start_.bytes_from_nvme;
+    stats_.step_bytes_from_host = now.bytes_from_host - step_start_.bytes_from_host;
+    if (!order_ && !recording_.empty()) {
+      stats_.recorded = recording_.size();
+      order_ = std::make_unique<access_order>(std::move(recording_));
+      recording_ = {};
+      installed = true;
+    }
+  }
+  if (installed) {
+    // From now on the order decides what is spilled: the furthest next use
+    // first. Set with no lock of ours held (the manager takes its own).
+    buffers_.set_eviction_oracle(
+        [this](std::uint64_t handle) {
+          std::lock_guard lock(order_mu_);
+          return order_->next_use(handle);
+        },
+        reuse_distance_);
+  }
+  return {};
+}
+
+result<void*> prefetcher::acquire(std::uint64_t handle, void* stream) {
+  auto p = buffers_.acquire(handle, stream);
+  if (!p) return p;
+  auto bytes = buffers_.size_of(handle);  // no lock of ours held
+  if (!bytes) return bytes.error();
+  std::string divergence;
+  bool follow = false;
+  {
+    std::lock_guard lock(order_mu_);
+    if (in_step_ && !order_) {
+      recording_.push_back({handle, stream, *bytes});
+    } else if (in_step_) {
+      follow = true;
+      const access_order::followed f = order_->follow(handle);
+      if (f.how == access_order::match::in_order) {
+        ++stats_.in_order;
+      } else {
+        const bool resynced = f.how == access_order::match::resynced;
+        ++(resynced ? stats_.resyncs : stats_.unrecorded);
+        if (!logged_this_step_) {
+          logged_this_step_ = true;
+          divergence = "strata: prefetch: step " + std::to_string(stats_.steps + 1) +
+                       ": acquire of buffer " + std::to_string(handle) +
+                       " where the order has buffer " + std::to_string(f.expected_handle) +
+                       " (position " + std::to_string(f.expected_at) + "); " +
+                       (resynced ? "re-synchronized at position " + std::to_string(f.resumed_at)
+                                 : std::string("not in the order, cursor kept"));
+        }
+      }
+    }
+  }
+  if (!divergence.empty()) std::fprintf(stderr, "%s\n", divergence.c_str());
+  if (follow) {
+    std::lock_guard walk(walk_mu_);
+    schedule();
+  }
+  return p;
+}
+
+status prefetcher::release(std::uint64_t handle, void* stream) {
+  return buffers_.release(handle, stream);
+}
+
+status prefetcher::prefetch(std::uint64_t handle) {
+  std::lock_guard walk(walk_mu_);
+  auto done = buffers_.prefetch(handle, tier::device, 0, {prefetch_bytes_, inflight_});
+  std::lock_guard lock(order_mu_);
+  ++stats_.hints;
+  if (!done) return done.error();
+  if (*done == prefetch_outcome::started) {
+    ++stats_.issued_device;
+  } else {
+    ++stats_.hints_not_issued;
+    if (*done == prefetch_outcome::no_room) ++stats_.no_room;
+  }
+  return {};
+}
+
+void prefetcher::schedule() {
+  if (prefetch_bytes_ == 0) return;  // prefetch off
+  // The accesses ahead that start within the lookahead, copied out so that
+  // the manager is called without the order's lock.
+  struct ahead {
+    std::uint64_t handle;
+    std::uint64_t distance;  // bytes of accesses before it, from the cursor
+  };
+  std::vector<ahead> window;
+  {
+    std::lock_guard lock(order_mu_);
+    const std::uint64_t reach = std::max(host_lookahead_, device_lookahead_);
+    std::uint64_t distance = 0;
+    std::unordered_set<std::uint64_t> seen;
+    for (std::size_t i = 0; i < order_->size() && distance < reach; ++i) {
+      const access& a = order_->ahead(i);
+      if (seen.insert(a.handle).second) window.push_back({a.handle, distance});
+      distance += a.bytes;
+    }
+  }
+  bool to_device = true;
+  std::uint64_t issued_device = 0;
+  std::uint64_t issued_host = 0;
+  std::uint64_t no_room = 0;
+  bool stopped = false;
+  for (const ahead& a : window) {
+    prefetch_outcome done = prefetch_outcome::resident;
+    bool asked_device = false;
+    if (to_device && a.distance < device_lookahead_) {
+      auto r = buffers_.prefetch(a.handle, tier::device, a.distance, {prefetch_bytes_, inflight_});
+      if (!r) continue;  // unregistered since it was recorded
+      done = *r;
+      asked_device = true;
+      if (done == prefetch_outcome::over_budget || done == prefetch_outcome::no_room) {
+        to_device = false;  // in order: nothing further goes to the device in this walk
+        no_room += done == prefetch_outcome::no_room ? 1 : 0;
+        stopped = stopped || done == prefetch_outcome::over_budget;
+      }
+    }
+    const bool device_done =
+        asked_device && (done == prefetch_outcome::started || done == prefetch_outcome::resident);
+    if (device_done) {
+      issued_device += done == prefetch_outcome::started ? 1 : 0;
+      continue;
+    }
+    if (a.distance >= host_lookahead_) continue;
+    auto r = buffers_.prefetch(a.handle, tier::host, a.distance, {prefetch_bytes_, inflight_});
+    if (!r) continue;
+    if (*r == prefetch_outcome::started) ++issued_host;
+    if (*r == prefetch_outcome::no_room) ++no_room;
+    if (*r == prefetch_outcome::over_budget) {  // prefetch_inflight: nothing more this walk
+      stopped = true;
+      break;
+    }
+  }
+  std::lock_guard lock(order_mu_);
+  stats_.issued_device += issued_device;
+  stats_.issued_host += issued_host;
+  stats_.no_room += no_room;
+  stats_.over_budget += stopped ? 1 : 0;
+}
+
+prefetcher::counters prefetcher::stats() {
+  const residency_manager::counters fills = buffers_.stats();
+  std::lock_guard lock(order_mu_);
+  counters c = stats_;
+  c.hits = fills.prefetch_hits;
+  c.late_fills = fills.late_fills;
+  c.stall_ns = fills.stall_ns;
+  c.wasted = fills.prefetch_wasted;
+  c.wasted_bytes = fills.prefetch_wasted_bytes;
+  return c;
+}
+
+stat_map prefetcher::to_map(const counters& c) {
+  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
+  return {{"steps", v(c.steps)},
+          {"recorded", v(c.recorded)},
+          {"in_order", v(c.in_order)},
+          {"resyncs", v(c.resyncs)},
+          {"unrecorded", v(c.unrecorded)},
+          {"issued_device", v(c.issued_device)},
+          {"issued_host", v(c.issued_host)},
+          {"over_budget", v(c.over_budget)},
+          {"no_room", v(c.no_room)},
+          {"hints", v(c.hints)},
+          {"hints_not_issued", v(c.hints_not_issued)},
+          {"hits", v(c.hits)},
+          {"late_fills", v(c.late_fills)},
+          {"stall_ns", v(c.stall_ns)},
+          {"wasted", v(c.wasted)},
+          {"wasted_bytes", v(c.wasted_bytes)},
+          {"step_bytes_to_host", v(c.step_bytes_to_host)},
+          {"step_bytes_to_nvme", v(c.step_bytes_to_nvme)},
+          {"step_bytes_from_nvme", v(c.step_bytes_from_nvme)},
+          {"step_bytes_from_host", v(c.step_bytes_from_host)}};
+}
+
+}  // namespace strata

@@ -1,0 +1,457 @@
+// The prefetcher over a residency manager on a small sim device: learned
+// order, fetches ahead through the host and the NVMe tier, divergence and
+// re-sync, hints without an order, memory pressure, faults at every stage
+// of a fetch (each loses no byte), no wait on the issuing thread, threads,
+// and the counters in the allocator's stats. ctest runs it with the static
+// TLS jemalloc needs (GLIBC_TUNABLES). Random choices use a fixed seed,
+// printed with any failure.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "strata/nvme_store.hpp"
+#include "strata/prefetcher.hpp"
+#include "strata/residency.hpp"
+
+namespace strata::testing {
+namespace {
+
+constexpr std::size_t mib = std::size_t{1} << 20;
+constexpr unsigned seed = 20261123;
+
+std::string scratch() {
+  ::mkdir(STRATA_TEST_SCRATCH_DIR, 0700);
+  std::string dir = std::string(STRATA_TEST_SCRATCH_DIR) + "/prefetch";
+  ::mkdir(dir.c_str(), 0700);
+  return dir;
+}
+
+offload_options tiers(std::size_t host_capacity, bool with_nvme) {
+  offload_options o;
+  o.host_chunk = 2 * mib;
+  o.host_capacity = host_capacity;
+  if (with_nvme) {
+    o.nvme_dir = scratch();
+    o.nvme_block_size = 256 << 10;
+    o.nvme_queue_depth = 4;
+  }
+  o.prefetch_bytes = 4 * mib;
+  o.device_lookahead = 4 * mib;
+  o.host_lookahead = 8 * mib;
+  o.prefetch_inflight = 4;
+  return o;
+}
+
+// A sim allocator, a residency manager and a prefetcher over it; buffers
+// with reference bytes, used by "kernels" that are host reads and writes
+// (so they wait for the stream first).
+struct rig {
+  std::unique_ptr<allocator> alloc;
+  std::unique_ptr<residency_manager> manager;
+  std::unique_ptr<prefetcher> fetch;
+  stream_handle stream{};
+  std::vector<std::uint64_t> handles;
+  std::vector<std::vector<unsigned char>> bytes;
+  std::mt19937 rng{seed};
+
+  rig(const std::string& sim, const offload_options& o, io_faults* faults = nullptr) {
+    allocator_options options;
+    options.device = sim;
+    options.log_ooms = false;  // the fault cases make spills fail on purpose
+    alloc = std::make_unique<allocator>(options);
+    stream = *alloc->dev().create_stream();
+    auto m = residency_manager::create(*alloc, o, faults);
+    EXPECT_TRUE(m.ok()) << m.error().to_string();
+    if (!m) return;
+    manager = std::move(*m);
+    auto p = prefetcher::create(*manager, o);
+    EXPECT_TRUE(p.ok()) << p.error().to_string();
+    if (p) fetch = std::move(*p);
+  }
+  rig(const rig&) = delete;
+  rig& operator=(const rig&) = delete;
+  rig(rig&&) = delete;
+  rig& operator=(rig&&) = delete;
+  ~rig() {
+    fetch.reset();
+    for (const auto h : handles) EXPECT_TRUE(manager->unregister(h).ok()) << h;
+  }
+
+  void add(int count, std::size_t n) {
+    for (int i = 0; i < count; ++i) {
+      auto h = manager->register_buffer(n, buffer_kind::parameter, residency_policy::evictable);
+      ASSERT_TRUE(h.ok());
+      handles.push_back(*h);
+      bytes.emplace_back(n, static_cast<unsigned char>(handles.size()));
+    }
+  }
+  // Acquires buffer k through the prefetcher, checks its bytes (unless
+  // `first`), writes new ones, releases.
+  status use(std::size_t k, bool first = false) {
+    auto p = fetch->acquire(handles[k], stream.native);
+    if (!p) return p.error();
+    if (auto done = alloc->dev().synchronize_stream(stream); !done) return done;
+    if (!first && std::memcmp(*p, bytes[k].data(), bytes[k].size()) != 0) {
+      ADD_FAILURE() << "buffer " << k << " lost its bytes (seed " << seed << ")";
+    }
+    for (std::size_t i = 0; i < bytes[k].size(); i += 4096) {
+      bytes[k][i] = static_cast<unsigned char>(rng());
+    }
+    std::memcpy(*p, bytes[k].data(), bytes[k].size());
+    return fetch->release(handles[k], stream.native);
+  }
+  // One step: every buffer forward, then backward (a training step's order).
+  status step(bool first = false) {
+    if (auto s = fetch->begin_step(); !s) return s;
+    const std::size_t n = handles.size();
+    for (std::size_t i = 0; i < 2 * n; ++i) {
+      const std::size_t k = i < n ? i : 2 * n - 1 - i;
+      if (auto s = use(k, first && i < n); !s) return s;
+    }
+    return fetch->end_step();
+  }
+  // Every buffer's bytes, read back through the manager alone.
+  void expect_every_byte() {
+    for (std::size_t k = 0; k < handles.size(); ++k) {
+      auto p = manager->acquire(handles[k], stream.native);
+      ASSERT_TRUE(p.ok()) << k << ": " << p.error().to_string();
+      ASSERT_TRUE(alloc->dev().synchronize_stream(stream).ok());
+      EXPECT_EQ(std::memcmp(*p, bytes[k].data(), bytes[k].size()), 0)
+          << "buffer " << k << " (seed " << seed << ")";
+      ASSERT_TRUE(manager->release(handles[k], stream.native).ok());
+    }
+  }
+};
+
+TEST(Prefetch, TheLearnedOrderBringsBuffersFromTheHostAhead) {
+  rig r("sim:capacity=8MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(6, 2 * mib);  // 12 MiB on an 8 MiB device
+  ASSERT_TRUE(r.step(true).ok());
+  const auto first = r.fetch->stats();
+  EXPECT_EQ(first.recorded, 12u);
+  EXPECT_EQ(first.hits, 0u) << "nothing is prefetched while the order is recorded";
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r.step().ok());
+  const auto c = r.fetch->stats();
+  EXPECT_EQ(c.steps, 4u);
+  EXPECT_EQ(c.in_order, 36u);
+  EXPECT_EQ(c.resyncs + c.unrecorded, 0u);
+  EXPECT_GT(c.issued_device, 0u);
+  EXPECT_GT(c.hits, 0u) << "no acquire found its buffer prefetched";
+  EXPECT_GT(c.step_bytes_from_host, 0u);
+  EXPECT_GT(c.step_bytes_to_host, 0u);
+  r.expect_every_byte();
+}
+
+TEST(Prefetch, NvmeBuffersAreReadAheadThenCopied) {
+  rig r("sim:capacity=8MiB", tiers(8 * mib, true));
+  ASSERT_TRUE(r.fetch);
+  r.add(10, 2 * mib);  // 20 MiB: 8 on the device, 8 on the host, the rest on NVMe
+  ASSERT_TRUE(r.step(true).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r.step().ok());
+  const auto fills = r.manager->stats();
+  EXPECT_GT(fills.prefetch_reads, 0u);
+  EXPECT_GT(fills.fills_from_nvme, 0u);
+  EXPECT_GT(fills.prefetch_hits, 0u);
+  EXPECT_EQ(fills.prefetch_failed, 0u);
+  EXPECT_GT(r.fetch->stats().step_bytes_from_nvme, 0u);
+  r.expect_every_byte();
+}
+
+TEST(Prefetch, AllocationsUnderPressureSpillPrefetchedBuffersAndCountThem) {
+  rig r("sim:capacity=8MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(6, 2 * mib);
+  ASSERT_TRUE(r.step(true).ok());
+  ASSERT_TRUE(r.fetch->begin_step().ok());
+  // 0 to 3 were on the device already; from 3 on, 4 and 5 are fetched ahead.
+  for (std::size_t k = 0; k < 4; ++k) ASSERT_TRUE(r.use(k).ok());
+  ASSERT_GT(r.manager->stats().prefetched_bytes, 0u);
+  // A plain allocation of the whole device: prefetching never makes one fail.
+  auto p = r.alloc->try_malloc(8 * mib);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_GT(r.fetch->stats().wasted_bytes, 0u);
+  ASSERT_TRUE(r.alloc->try_free(*p).ok());
+  for (std::size_t k = 4; k < r.handles.size(); ++k) ASSERT_TRUE(r.use(k).ok());
+  ASSERT_TRUE(r.fetch->end_step().ok());
+  r.expect_every_byte();
+}
+
+TEST(Prefetch, ADivergenceReSynchronizesAndIsLoggedOncePerStep) {
+  rig r("sim:capacity=8MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(6, 2 * mib);
+  ASSERT_TRUE(r.step(true).ok());
+  r.add(1, 4096);  // never in the order
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE(r.fetch->begin_step().ok());
+  // 0, 1, then 4 (skipping 2 and 3), an unrecorded buffer, then 2: two
+  // re-syncs, one unrecorded, one line of log.
+  for (const std::size_t k : {0, 1, 4}) ASSERT_TRUE(r.use(k).ok());
+  ASSERT_TRUE(r.use(r.handles.size() - 1, true).ok());
+  for (const std::size_t k : {2, 3, 5}) ASSERT_TRUE(r.use(k).ok());
+  ASSERT_TRUE(r.fetch->end_step().ok());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const auto c = r.fetch->stats();
+  EXPECT_GE(c.resyncs, 2u);
+  EXPECT_EQ(c.unrecorded, 1u);
+  EXPECT_NE(log.find("acquire of buffer " + std::to_string(r.handles[4]) +
+                     " where the order has buffer " + std::to_string(r.handles[2])),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("strata: prefetch"), log.rfind("strata: prefetch")) << "logged twice: " << log;
+  // The order is kept: the next step in order prefetches again.
+  const auto before = r.fetch->stats();
+  ASSERT_TRUE(r.fetch->begin_step().ok());
+  for (std::size_t k = 0; k < 6; ++k) ASSERT_TRUE(r.use(k).ok());
+  for (std::size_t k = 6; k-- > 0;) ASSERT_TRUE(r.use(k).ok());
+  ASSERT_TRUE(r.fetch->end_step().ok());
+  const auto after = r.fetch->stats();
+  EXPECT_EQ(after.in_order - before.in_order, 12u);
+  EXPECT_GT(after.hits, before.hits);
+  r.expect_every_byte();
+}
+
+TEST(Prefetch, AHintWorksWithoutARecordedOrder) {
+  rig r("sim:capacity=8MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(5, 2 * mib);
+  for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(r.use(k, true).ok());  // no steps at all
+  ASSERT_EQ(*r.manager->where(r.handles[0]), tier::host);
+  ASSERT_TRUE(r.fetch->prefetch(r.handles[0]).ok());
+  EXPECT_EQ(*r.manager->where(r.handles[0]), tier::device);
+  ASSERT_TRUE(r.alloc->dev().synchronize().ok());  // the copy is done: a hit, not a late fill
+  ASSERT_TRUE(r.use(0).ok());
+  const auto c = r.fetch->stats();
+  EXPECT_EQ(c.hints, 1u);
+  EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(r.fetch->prefetch(999).code(), errc::invalid_argument);
+  r.expect_every_byte();
+}
+
+// Holds every NVMe read of a prefetch until released, or fails the nth.
+class gated_reads : public io_faults {
+ public:
+  // Gates and faults only the reader thread's reads (a prefetch's), not
+  // those of the test's thread (fills, read-backs of spills).
+  int complete(io_kind k, std::uint64_t /*offset*/, void* buffer, std::size_t length,
+               int r) override {
+    if (k != io_kind::read || std::this_thread::get_id() == test_thread) return r;
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return open; });
+    if (corrupt_next) {
+      corrupt_next = false;
+      static_cast<unsigned char*>(buffer)[length / 2] ^= 1;
+    }
+    if (fail_next) {
+      fail_next = false;
+      return -EIO;
+    }
+    return r;
+  }
+  void set_open(bool o) {
+    std::lock_guard lock(mu);
+    open = o;
+    cv.notify_all();
+  }
+  std::thread::id test_thread = std::this_thread::get_id();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  bool corrupt_next = false;
+  bool fail_next = false;
+};
+
+TEST(Prefetch, NoFillIsWaitedForOnTheThreadThatIssuedIt) {
+  gated_reads gate;
+  rig r("sim:capacity=8MiB,copy_latency_us=20000", tiers(4 * mib, true), &gate);
+  ASSERT_TRUE(r.fetch);
+  r.add(8, 2 * mib);  // 16 MiB: 8 on the device, 4 on the host, 4 on NVMe
+  for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(r.use(k, true).ok());
+  std::size_t on_host = 8;
+  std::size_t on_nvme = 8;
+  for (std::size_t k = 0; k < 8; ++k) {
+    const tier t = *r.manager->where(r.handles[k]);
+    if (t == tier::host && on_host == 8) on_host = k;
+    if (t == tier::nvme && on_nvme == 8) on_nvme = k;
+  }
+  ASSERT_LT(on_host, 8u);
+  ASSERT_LT(on_nvme, 8u);
+  // A host fill: prefetch returns with the slow copy still in flight.
+  const status hinted_host = r.fetch->prefetch(r.handles[on_host]);
+  ASSERT_TRUE(hinted_host.ok()) << hinted_host.to_string();
+  EXPECT_EQ(r.manager->stats().fills_in_flight, 1u) << "prefetch waited for its copy";
+  ASSERT_TRUE(r.use(on_host).ok());
+  // An NVMe fill: the read is held at the disk, and prefetch still returns.
+  ASSERT_TRUE(r.alloc->dev().synchronize().ok());
+  (void)r.manager->stats();  // retires the finished copy
+  gate.set_open(false);
+  const status hinted = r.fetch->prefetch(r.handles[on_nvme]);
+  const auto during = r.manager->stats();
+  gate.set_open(true);
+  ASSERT_TRUE(hinted.ok()) << hinted.to_string();
+  EXPECT_EQ(during.prefetch_reads, 1u);
+  EXPECT_EQ(during.fills_in_flight, 1u) << "the read was not in flight when prefetch returned";
+  ASSERT_TRUE(r.use(on_nvme).ok());
+  r.expect_every_byte();
+}
+
+TEST(Prefetch, AFailedPrefetchReadReachesTheAcquireAndTheBytesStayOnNvme) {
+  for (const bool corrupt : {true, false}) {
+    SCOPED_TRACE(corrupt ? "corrupted read" : "EIO");
+    gated_reads gate;
+    rig r("sim:capacity=8MiB", tiers(4 * mib, true), &gate);
+    ASSERT_TRUE(r.fetch);
+    r.add(8, 2 * mib);
+    for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(r.use(k, true).ok());
+    std::size_t on_nvme = 8;
+    for (std::size_t k = 0; k < 8 && on_nvme == 8; ++k) {
+      if (*r.manager->where(r.handles[k]) == tier::nvme) on_nvme = k;
+    }
+    ASSERT_LT(on_nvme, 8u);
+    {
+      std::lock_guard lock(gate.mu);
+      (corrupt ? gate.corrupt_next : gate.fail_next) = true;
+    }
+    ASSERT_TRUE(r.fetch->prefetch(r.handles[on_nvme]).ok()) << "issuing does not wait for the read";
+    auto p = r.fetch->acquire(r.handles[on_nvme], r.stream.native);
+    ASSERT_FALSE(p.ok()) << "the failed read was not reported";
+    EXPECT_EQ(p.code(), errc::io_error) << p.error().to_string();
+    EXPECT_EQ(*r.manager->where(r.handles[on_nvme]), tier::nvme);
+    EXPECT_EQ(r.manager->stats().prefetch_failed, 1u);
+    ASSERT_TRUE(r.use(on_nvme).ok()) << "the bytes on NVMe are whole";
+    r.expect_every_byte();
+  }
+}
+
+// Fails the nth NVMe read (EIO) or corrupts it.
+class nth_read : public io_faults {
+ public:
+  explicit nth_read(int n, bool corrupt) : left_(n), corrupt_(corrupt) {}
+  int complete(io_kind k, std::uint64_t /*offset*/, void* buffer, std::size_t length,
+               int r) override {
+    if (k != io_kind::read || left_ <= 0 || --left_ > 0) return r;
+    fired = true;
+    if (!corrupt_) return -EIO;
+    static_cast<unsigned char*>(buffer)[length / 3] ^= 1;
+    return r;
+  }
+  std::atomic<bool> fired{false};
+
+ private:
+  std::atomic<int> left_;
+  bool corrupt_;
+};
+
+TEST(Prefetch, FaultsAtEveryStageOfAFetchLoseNoByte) {
+  struct fault_case {
+    std::string sim;
+    int nth_read;  // 0: none
+    bool corrupt;
+  };
+  std::vector<fault_case> cases;
+  for (const int n : {1, 4, 9, 15}) {
+    cases.push_back({"sim:capacity=8MiB", n, false});
+    cases.push_back({"sim:capacity=8MiB", n + 1, true});
+  }
+  for (const int n : {20, 33, 47, 61}) {
+    cases.push_back({"sim:capacity=8MiB,fail_copy_after=" + std::to_string(n), 0, false});
+  }
+  for (const fault_case& f : cases) {
+    SCOPED_TRACE(f.sim + " read " + std::to_string(f.nth_read) + (f.corrupt ? " corrupt" : ""));
+    nth_read fault(f.nth_read, f.corrupt);
+    rig r(f.sim, tiers(8 * mib, true), &fault);
+    ASSERT_TRUE(r.fetch);
+    r.add(10, 2 * mib);
+    int failures = 0;
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(r.fetch->begin_step().ok());
+      for (std::size_t i = 0; i < 20; ++i) {
+        const std::size_t k = i < 10 ? i : 19 - i;
+        const bool first = step == 0 && i < 10;
+        status st = r.use(k, first);
+        if (!st) {  // the fault fails this use; the buffer stays whole
+          ++failures;
+          EXPECT_NE(st.message(), "");
+          st = r.use(k, first);
+          ASSERT_TRUE(st.ok()) << st.to_string();
+        }
+      }
+      ASSERT_TRUE(r.fetch->end_step().ok());
+    }
+    if (f.nth_read > 0) {
+      EXPECT_TRUE(fault.fired) << "the read fault never fired";
+    }
+    EXPECT_LE(failures, 1);
+    r.expect_every_byte();
+  }
+}
+
+TEST(Prefetch, CountersReachTheAllocatorStatsAndSummary) {
+  rig r("sim:capacity=8MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(6, 2 * mib);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r.step(i == 0).ok());
+  const stat_map all = r.alloc->stats();
+  ASSERT_TRUE(all.contains("prefetch.hits"));
+  EXPECT_EQ(all.at("prefetch.hits"), static_cast<std::int64_t>(r.fetch->stats().hits));
+  EXPECT_EQ(all.at("prefetch.steps"), 3);
+  EXPECT_TRUE(all.contains("offload.late_fills"));
+  EXPECT_TRUE(all.contains("offload.stall_ns"));
+  const std::string summary = r.alloc->memory_summary();
+  EXPECT_NE(summary.find("| prefetch"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("hits: "), std::string::npos) << summary;
+  // Steps must pair.
+  EXPECT_EQ(r.fetch->end_step().code(), errc::invalid_argument);
+  ASSERT_TRUE(r.fetch->begin_step().ok());
+  EXPECT_EQ(r.fetch->begin_step().code(), errc::invalid_argument);
+  ASSERT_TRUE(r.fetch->end_step().ok());
+  // Options out of range are refused, naming the key.
+  offload_options bad = tiers(32 * mib, false);
+  bad.prefetch_inflight = 0;
+  auto p = prefetcher::create(*r.manager, bad);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message().find("prefetch_inflight"), std::string::npos)
+      << p.error().message();
+}
+
+TEST(Prefetch, ThreadsShareThePrefetcher) {
+  rig r("sim:capacity=16MiB", tiers(32 * mib, false));
+  ASSERT_TRUE(r.fetch);
+  r.add(6, 2 * mib);
+  std::vector<std::uint64_t> others;
+  for (int i = 0; i < 4; ++i) {
+    others.push_back(
+        *r.manager->register_buffer(mib, buffer_kind::gradient, residency_policy::evictable));
+  }
+  std::atomic<bool> stop{false};
+  std::thread side([&] {
+    const stream_handle s = *r.alloc->dev().create_stream();
+    std::mt19937 rng(seed + 1);
+    while (!stop.load()) {
+      const std::uint64_t h = others[rng() % others.size()];
+      EXPECT_TRUE(r.fetch->prefetch(h).ok());
+      auto p = r.fetch->acquire(h, s.native);
+      ASSERT_TRUE(p.ok()) << p.error().to_string();
+      EXPECT_TRUE(r.fetch->release(h, s.native).ok());
+      (void)r.alloc->stats();
+      (void)r.alloc->memory_summary();
+    }
+    EXPECT_TRUE(r.alloc->dev().synchronize_stream(s).ok());
+  });
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(r.step(i == 0).ok());
+  stop.store(true);
+  side.join();
+  r.expect_every_byte();
+  for (const auto h : others) EXPECT_TRUE(r.manager->unregister(h).ok());
+}
+
+}  // namespace
+}  // namespace strata::testing
