@@ -266,9 +266,15 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   if (!s) return s.error();
   if (auto f = count_call(sim_fault::copy, "copy_async"); !f) return f;
   const double seconds = copy_seconds(bytes, direction);
+  // The copy takes the modeled time: the host's own memmove runs inside it
+  // (a slower memmove, e.g. first-touch page faults, takes what it takes).
   (*s)->enqueue([dst, src, bytes, seconds] {
-    if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+    const auto start = std::chrono::steady_clock::now();
     std::memmove(dst, src, bytes);
+    if (seconds > 0) {
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::duration<double>(seconds)));
+    }
   });
   return {};
 }

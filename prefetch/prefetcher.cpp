@@ -90,8 +90,8 @@ status prefetcher::end_step() {
   return {};
 }
 
-result<void*> prefetcher::acquire(std::uint64_t handle, void* stream) {
-  auto p = buffers_.acquire(handle, stream);
+result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mode mode) {
+  auto p = buffers_.acquire(handle, stream, mode);
   if (!p) return p;
   auto bytes = buffers_.size_of(handle);  // no lock of ours held
   if (!bytes) return bytes.error();

@@ -71,6 +71,10 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   auto host = host_->allocate(b.bytes);
   while (!host && host.code() == errc::out_of_memory) {
     if (stats_.staging_bytes > 0) retire_finished();
+    if (drop_a_shadow()) {
+      host = host_->allocate(b.bytes);
+      continue;
+    }
     buffer* v = victim(tier::host, &limit);
     if (v == nullptr) break;
     if (auto s = spill_to_nvme(*v); !s) return s;

@@ -121,7 +121,14 @@ std::uint64_t& residency_manager::tier_bytes(tier t) {
   return stats_.nvme_bytes;
 }
 
-void residency_manager::moved(buffer& b, tier to, std::uint64_t& count) {
+void residency_manager::moved(buffer& b, tier to, std::uint64_t& count, bool copied) {
+  ++count;
+  if (!copied) {  // a clean spill: the host copy was there already
+    tier_bytes(b.where) -= b.bytes;
+    tier_bytes(to) += b.bytes;
+    b.where = to;
+    return;
+  }
   if (to == tier::host && b.where == tier::device) stats_.bytes_to_host += b.bytes;
   if (to == tier::nvme) stats_.bytes_to_nvme += b.bytes;
   if (b.where == tier::nvme) stats_.bytes_from_nvme += b.bytes;
@@ -129,7 +136,6 @@ void residency_manager::moved(buffer& b, tier to, std::uint64_t& count) {
   tier_bytes(b.where) -= b.bytes;
   tier_bytes(to) += b.bytes;
   b.where = to;
-  ++count;
   stats_.bytes_moved += b.bytes;
 }
 
@@ -145,7 +151,12 @@ bool residency_manager::retire(buffer& b, bool wait) {
   } else if (auto done = d.query_event(b.filled); done.ok() && !done.yes()) {
     return false;
   }
-  host_->free(b.staging);
+  if (b.dirty) {
+    host_->free(b.staging);
+  } else {  // unwritten since the fill: the host copy stays valid
+    b.shadow = b.staging;
+    stats_.shadow_bytes += b.bytes;
+  }
   b.staging = nullptr;
   stats_.staging_bytes -= b.bytes;
   --stats_.fills_in_flight;
@@ -161,14 +172,35 @@ void residency_manager::set_prefetched(buffer& b, bool on) {
   if (b.prefetched == on) return;
   b.prefetched = on;
   if (on) {
+    b.released_at = ++tick_;  // brought in for use: not least recently used
     stats_.prefetched_bytes += b.bytes;
   } else {
     stats_.prefetched_bytes -= b.bytes;
   }
 }
 
+void residency_manager::drop_shadow(buffer& b) {
+  b.dirty = true;
+  if (b.shadow == nullptr) return;
+  host_->free(b.shadow);
+  b.shadow = nullptr;
+  stats_.shadow_bytes -= b.bytes;
+}
+
+bool residency_manager::drop_a_shadow() {
+  if (stats_.shadow_bytes == 0) return false;
+  for (auto& [handle, b] : buffers_) {
+    if (b.shadow != nullptr) {
+      drop_shadow(b);
+      return true;
+    }
+  }
+  return false;
+}
+
 void residency_manager::drop(buffer& b) {
   (void)retire(b, true);
+  drop_shadow(b);
   set_prefetched(b, false);
   if (b.device != nullptr) (void)alloc_.try_free(b.device);
   if (b.host != nullptr) host_->free(b.host);
@@ -266,6 +298,7 @@ result<void*> residency_manager::host_memory(std::size_t bytes) {
       retired = true;
       continue;
     }
+    if (drop_a_shadow()) continue;  // cheapest: the device copy stays
     buffer* v = victim(tier::host);
     if (v == nullptr) return p.error();
     if (auto s = spill_to_nvme(*v); !s) return s;
@@ -278,6 +311,17 @@ status residency_manager::spill_to_host(buffer& b) {
     ++stats_.prefetch_wasted;
     stats_.prefetch_wasted_bytes += b.bytes;
     set_prefetched(b, false);
+  }
+  if (!b.dirty && b.shadow != nullptr) {  // unwritten: the host copy is the buffer
+    (void)alloc_.try_free(b.device);
+    b.device = nullptr;
+    b.host = b.shadow;
+    b.shadow = nullptr;
+    stats_.shadow_bytes -= b.bytes;
+    b.dirty = true;
+    moved(b, tier::host, stats_.spills_to_host, false);
+    ++stats_.clean_spills;
+    return {};
   }
   auto host = host_memory(b.bytes);
   if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
@@ -361,7 +405,8 @@ status residency_manager::queue_fill_copy(buffer& b, void* dev) {
     (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
     return queued;                             // the caller frees `dev`
   }
-  b.staging = b.host;  // given back once the copy is done (retire)
+  b.dirty = false;     // the device copy is the host copy until written
+  b.staging = b.host;  // given back (or kept as the shadow) once the copy is done
   b.host = nullptr;
   b.device = dev;
   stats_.staging_bytes += b.bytes;
@@ -406,16 +451,22 @@ status residency_manager::order_after_fill(buffer& b, stream_handle stream, bool
     auto done = d.query_event(b.filled);
     in_flight = !done.ok() || !done.yes();
   }
-  if (b.prefetched) {
-    late = late || in_flight;
-    if (!late) ++stats_.prefetch_hits;
-    set_prefetched(b, false);
+  const bool prefetched = b.prefetched;
+  set_prefetched(b, false);
+  if (late) ++stats_.late_fills;  // filled (or read) by this acquire
+  if (!in_flight) {
+    if (prefetched && !late) ++stats_.prefetch_hits;
+    return {};
   }
-  if (late) ++stats_.late_fills;
-  return in_flight ? probes_->wait(d, stream, b.filled) : status{};
+  // A prefetch still in flight is a hit if it is done when the stream gets
+  // to it (the thread may run ahead of the stream): the probe decides.
+  bool decided = false;
+  status st = probes_->wait(d, stream, b.filled, prefetched && !late, decided);
+  if (prefetched && !late && !decided) ++stats_.late_fills;
+  return st;
 }
 
-result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
+result<void*> residency_manager::acquire(std::uint64_t handle, void* stream, access_mode mode) {
   auto consumer = check_stream(alloc_.dev(), stream, "acquire");
   if (!consumer) return consumer.error();
   std::unique_lock lock(mu_);
@@ -455,6 +506,7 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* stream) {
     --b.acquired;
     return s;
   }
+  if (mode == access_mode::read_write) drop_shadow(b);
   return b.device;
 }
 
@@ -523,6 +575,8 @@ residency_manager::counters residency_manager::stats() {
   std::lock_guard lock(mu_);
   counters c = stats_;
   c.stall_ns += probes_->stall_ns();
+  c.prefetch_hits += probes_->hits();
+  c.late_fills += probes_->late();
   return c;
 }
 
@@ -552,7 +606,9 @@ stat_map residency_manager::to_map(const counters& c) {
           {"prefetch_no_room", v(c.prefetch_no_room)},
           {"prefetch_failed", v(c.prefetch_failed)},
           {"fills_in_flight", v(c.fills_in_flight)},
-          {"prefetched_bytes", v(c.prefetched_bytes)}};
+          {"prefetched_bytes", v(c.prefetched_bytes)},
+          {"clean_spills", v(c.clean_spills)},
+          {"shadow_bytes", v(c.shadow_bytes)}};
 }
 
 }  // namespace strata

@@ -26,11 +26,24 @@ class stall_probes {
  public:
   // Queues on `consumer` a wait for `fill`, with a probe around it when a
   // slot is free (without one, the wait is still queued, not measured).
-  status wait(device& d, stream_handle consumer, event_handle fill);
+  // With `decide`, the probe also counts the fill as a hit (the stream
+  // waited at most late_after_ns) or a late fill; false if it cannot (no
+  // slot): the caller counts it.
+  status wait(device& d, stream_handle consumer, event_handle fill, bool decide, bool& decided);
   // Nanoseconds consuming streams have stalled, over every finished probe.
   [[nodiscard]] std::uint64_t stall_ns() const noexcept {
     return stall_ns_.load(std::memory_order_relaxed);
   }
+  // Fills the probes found done (hits) or waited for (late).
+  [[nodiscard]] std::uint64_t hits() const noexcept {
+    return hits_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t late() const noexcept {
+    return late_.load(std::memory_order_relaxed);
+  }
+  // A wait up to this long is the probe's own cost (two host functions),
+  // not a stall for the fill.
+  static constexpr std::int64_t late_after_ns = 50'000;
   // Waits until no probe is in flight (the device is synchronized if one is).
   void drain(device& d);
 
@@ -39,12 +52,15 @@ class stall_probes {
     std::atomic<bool> busy{false};
     std::int64_t arrived_ns = 0;  // written by the first host function
     stall_probes* owner = nullptr;
+    bool decide = false;
   };
   static void arrived(void* arg);
   static void left(void* arg);
 
   std::array<slot, 64> slots_{};
   std::atomic<std::uint64_t> stall_ns_{0};
+  std::atomic<std::uint64_t> hits_{0};
+  std::atomic<std::uint64_t> late_{0};
   std::atomic<unsigned> busy_{0};
 };
 

@@ -78,10 +78,12 @@ class STRATA_API prefetcher {
   /// recording is dropped: the next step records again). Errors:
   /// invalid_argument without a begin_step.
   status end_step();
-  /// residency_manager::acquire(handle, stream) (same result and errors),
-  /// recorded or followed in the order, then the next buffers are fetched
-  /// ahead. Outside begin_step/end_step nothing is recorded or followed.
-  result<void*> acquire(std::uint64_t handle, void* stream);
+  /// residency_manager::acquire(handle, stream, mode) (same result and
+  /// errors), recorded or followed in the order, then the next buffers are
+  /// fetched ahead. Outside begin_step/end_step nothing is recorded or
+  /// followed.
+  result<void*> acquire(std::uint64_t handle, void* stream,
+                        access_mode mode = access_mode::read_write);
   /// residency_manager::release(handle, stream).
   status release(std::uint64_t handle, void* stream);
   /// A hint: fetch `handle` to the device now, within the budgets, whether

@@ -86,6 +86,16 @@ enum class residency_policy : std::uint8_t {
 };
 enum class tier : std::uint8_t { none, device, host, nvme };
 
+/// How an acquire uses the buffer.
+enum class access_mode : std::uint8_t {
+  read_write,  ///< may write it: a later spill copies the device bytes back
+  /// Only reads it (forward and backward use of parameters): the host copy
+  /// it was filled from stays valid, so a spill frees the device memory
+  /// without copying back. Writes made under a read_only acquire are lost
+  /// at the next spill.
+  read_only
+};
+
 /// What a prefetch() did.
 enum class prefetch_outcome : std::uint8_t {
   resident,     ///< nothing to do: there already, on its way, acquired, or never filled
@@ -127,11 +137,12 @@ class STRATA_API residency_manager {
   result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
                                         residency_policy policy);
   /// The buffer on the device, valid for work queued on `stream` from now
-  /// on (see above). Errors: invalid_argument (unknown handle, a stream the
-  /// device does not know),
-  /// out_of_memory (nothing left to spill), io_error and device errors from
-  /// a fill (the buffer stays where it was).
-  result<void*> acquire(std::uint64_t handle, void* stream);
+  /// on (see above). `mode`: whether the work may write it (see
+  /// access_mode). Errors: invalid_argument (unknown handle, a stream the
+  /// device does not know), out_of_memory (nothing left to spill), io_error
+  /// and device errors from a fill (the buffer stays where it was).
+  result<void*> acquire(std::uint64_t handle, void* stream,
+                        access_mode mode = access_mode::read_write);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
   /// `stream`'s work up to now is done. Errors: invalid_argument (unknown
   /// handle, not acquired, unknown stream), device errors.
@@ -184,9 +195,11 @@ class STRATA_API residency_manager {
     std::uint64_t fill_wait_ns = 0;     ///< time callers spent in fills (I/O, waits)
     std::uint64_t prefetch_reads = 0;   ///< NVMe reads issued by prefetch()
     std::uint64_t prefetch_copies = 0;  ///< host-to-device copies issued by prefetch()
-    std::uint64_t prefetch_hits = 0;    ///< acquires that found a prefetched buffer filled
-    /// Acquires whose fill was not done: started at the acquire, or a
-    /// prefetch still in flight.
+    /// Acquires of prefetched buffers whose fill was done by the time the
+    /// acquiring stream needed it (it waited at most 50 us).
+    std::uint64_t prefetch_hits = 0;
+    /// Acquires the stream had to wait for: fills started at the acquire,
+    /// and prefetches still in flight when the stream got to them.
     std::uint64_t late_fills = 0;
     /// Time consuming streams waited for late fills (host functions around
     /// the wait), plus acquires' waits for reads in flight (ns).
@@ -197,6 +210,8 @@ class STRATA_API residency_manager {
     std::uint64_t prefetch_failed = 0;        ///< prefetch reads that failed (reported at acquire)
     std::uint64_t fills_in_flight = 0;        ///< reads and copies outstanding now
     std::uint64_t prefetched_bytes = 0;       ///< headed for the device by prefetch, not acquired
+    std::uint64_t clean_spills = 0;           ///< spills of unwritten buffers: no copy back
+    std::uint64_t shadow_bytes = 0;           ///< host copies kept for unwritten device buffers
   };
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
@@ -221,6 +236,8 @@ class STRATA_API residency_manager {
     event_handle filled{};    // recorded on the fill stream after a fill
     bool has_fill_event = false;
     bool reading = false;        // an NVMe read into `host` runs on the reader thread
+    bool dirty = true;           // the device copy may differ from every host copy
+    void* shadow = nullptr;      // on the device and clean: the host copy it came from
     bool prefetched = false;     // headed for the device by prefetch(), not acquired
     std::uint64_t next_use = 0;  // the prefetch's, for making device room
     status read_failure{};       // a prefetch read's error, for the next acquire
@@ -271,13 +288,17 @@ class STRATA_API residency_manager {
   // Waits (releasing the mutex) until `b`'s read is in; counts the wait.
   void wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
   void set_prefetched(buffer& b, bool on);
+  // Frees `b`'s shadow (the buffer is then dirty: a spill copies it).
+  void drop_shadow(buffer& b);
+  // Frees one shadow to make host room; false if there is none.
+  bool drop_a_shadow();
   // Copies on the spill stream and waits for the copy.
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
   void drop(buffer& b);
   // Records that `b` now lives on `to`: the per-tier bytes, `count` (the
   // spill or fill counter) and the bytes moved.
-  void moved(buffer& b, tier to, std::uint64_t& count);
+  void moved(buffer& b, tier to, std::uint64_t& count, bool copied = true);
   std::uint64_t& tier_bytes(tier t);
 
   allocator& alloc_;

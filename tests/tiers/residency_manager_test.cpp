@@ -228,6 +228,41 @@ TEST(Residency, FillsAreStreamOrdered) {
   EXPECT_EQ(s.manager->stats().staging_bytes, 0u) << "the fill's host memory was kept";
 }
 
+// Buffers acquired read_only keep the host copy they were filled from: a
+// spill frees the device memory without copying back; a read_write acquire
+// makes the buffer copy back again, and no byte is lost either way.
+TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
+  offload_options o = small_tiers(false);
+  o.host_capacity = 32 * mib;
+  auto s = make("sim:capacity=8MiB", o);
+  ASSERT_TRUE(s.manager);
+  device& dev = s.alloc->dev();
+  model md(*s.manager, dev);
+  for (int i = 0; i < 5; ++i) md.add(2 * mib);  // 10 MiB on an 8 MiB device
+  for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
+  const auto read_only = [&](std::size_t k) {
+    auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
+    ASSERT_TRUE(p.ok()) << p.error().to_string();
+    ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
+    EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
+    ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
+  };
+  for (std::size_t k = 0; k < 5; ++k) read_only(k);  // fills; the written ones spill with copies
+  const auto before = s.manager->stats();
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t k = 0; k < 5; ++k) read_only(k);
+  }
+  const auto after = s.manager->stats();
+  EXPECT_GT(after.clean_spills, before.clean_spills);
+  EXPECT_EQ(after.bytes_to_host, before.bytes_to_host) << "a clean buffer was copied back";
+  // Written again: the next spill copies it back, and the bytes survive.
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], false).ok());
+  }
+  EXPECT_GT(s.manager->stats().bytes_to_host, after.bytes_to_host);
+  for (std::size_t k = 0; k < 5; ++k) read_only(k);
+}
+
 // Fails the nth completion of a kind with `result`, or flips a byte (0).
 class nth_fault : public io_faults {
  public:

@@ -1,0 +1,230 @@
+// The prefetcher on a transformer-like step (docs/prefetch.md): L layers,
+// each with a parameter buffer of P bytes that does not stay on the device
+// (the sim device holds `--resident` of them), acquired forward then
+// backward; each layer's compute is a stream-ordered delay C on the
+// compute stream. For each tier (host; NVMe when --nvme-dir is a disk
+// directory) and each ratio (P / bandwidth) : C from 0.25 to 4, three
+// policies run S steps each:
+//   none      no prefetch (prefetch_bytes 0): every fill starts at its acquire
+//   fixed-2   DeepSpeed's: at each acquire, hints for the next two layers,
+//             two fills in flight, counted in buffers
+//   strata    the learned order and byte budgets (prefetch_bytes = 2 P)
+// and each step's time is divided by the lower bound
+//   max(sum C, sum P / bandwidth) + first fetch
+// where bandwidth is the sim's copy rate (host tier) or the slower of it and
+// the disk's measured read rate (NVMe tier). Peak device bytes are printed
+// with each row. The closing line is the worst strata step / bound from the
+// second step on:
+//   prefetch worst step / bound: R
+//
+//   prefetch_bench [--layers 8] [--param 4MiB] [--gbps 4] [--steps 4]
+//                  [--resident 4] [--nvme-dir DIR]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/nvme_store.hpp"
+#include "strata/option_table.hpp"
+#include "strata/prefetcher.hpp"
+#include "strata/residency.hpp"
+#include "strata/strata.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct settings {
+  int layers = 8;
+  std::uint64_t param = 4ULL << 20;
+  double gbps = 0.5;
+  int steps = 4;
+  int resident = 4;
+  std::string nvme_dir;
+};
+
+enum class policy { none, fixed_two, strata };
+
+const char* name_of(policy p) {
+  return p == policy::none ? "none" : p == policy::fixed_two ? "fixed-2" : "strata";
+}
+
+void sleep_for(void* arg) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(*static_cast<double*>(arg)));
+}
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "prefetch_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T take(strata::result<T> r, const char* what) {
+  if (!r) die(std::string(what) + ": " + r.error().to_string());
+  return std::move(*r);
+}
+
+void check(const strata::status& s, const char* what) {
+  if (!s) die(std::string(what) + ": " + s.to_string());
+}
+
+struct outcome {
+  std::vector<double> step_seconds;
+  std::int64_t peak_bytes = 0;
+  strata::residency_manager::counters fills{};
+};
+
+// S steps of one policy; the buffers start spilled (a warm-up pass).
+outcome run(const settings& st, policy p, double compute_seconds, bool nvme) {
+  strata::allocator_options ao;
+  ao.device = "sim:capacity=" + std::to_string(st.param * st.resident + (2ULL << 20)) +
+              ",h2d_gbps=" + std::to_string(st.gbps) + ",d2h_gbps=" + std::to_string(st.gbps);
+  ao.log_ooms = false;
+  strata::allocator alloc(ao);
+  strata::offload_options o;
+  o.host_capacity = nvme ? 3 * st.param : 0;
+  o.nvme_dir = nvme ? st.nvme_dir : "";
+  o.prefetch_bytes = p == policy::none ? 0 : p == policy::fixed_two ? ~0ULL : 2 * st.param;
+  o.prefetch_inflight = p == policy::fixed_two ? 2 : 16;
+  o.device_lookahead = 2 * st.param;
+  o.host_lookahead = 4 * st.param;
+  auto buffers = take(strata::residency_manager::create(alloc, o), "residency manager");
+  auto fetch = take(strata::prefetcher::create(*buffers, o), "prefetcher");
+  const strata::stream_handle compute = take(alloc.dev().create_stream(), "stream");
+  std::vector<std::uint64_t> h;
+  for (int i = 0; i < st.layers; ++i) {
+    h.push_back(take(buffers->register_buffer(st.param, strata::buffer_kind::parameter,
+                                              strata::residency_policy::evictable),
+                     "register"));
+  }
+  std::vector<int> order;
+  for (int i = 0; i < st.layers; ++i) order.push_back(i);
+  for (int i = st.layers - 1; i >= 0; --i) order.push_back(i);
+  double delay = compute_seconds;
+  const auto one_step = [&](bool timed, outcome& out) {
+    const auto t0 = clock_type::now();
+    if (p == policy::strata) check(fetch->begin_step(), "begin_step");
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const std::uint64_t handle = h[order[i]];
+      (void)take(fetch->acquire(handle, compute.native, strata::access_mode::read_only), "acquire");
+      if (p == policy::fixed_two) {
+        for (std::size_t k = 1; k <= 2 && i + k < order.size(); ++k) {
+          check(fetch->prefetch(h[order[i + k]]), "hint");
+        }
+      }
+      check(alloc.dev().launch_host_fn(compute, sleep_for, &delay), "compute");
+      check(fetch->release(handle, compute.native), "release");
+    }
+    if (p == policy::strata) check(fetch->end_step(), "end_step");
+    check(alloc.dev().synchronize_stream(compute), "sync");
+    if (timed) {
+      out.step_seconds.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+    }
+  };
+  outcome out;
+  one_step(false, out);  // first touch: every buffer gets device memory, most spill
+  alloc.reset_peak_stats();
+  for (int s = 0; s < st.steps; ++s) one_step(true, out);
+  out.peak_bytes = alloc.stats().at("allocated_bytes.all.peak");
+  out.fills = buffers->stats();
+  fetch.reset();
+  for (const auto handle : h) check(buffers->unregister(handle), "unregister");
+  check(alloc.dev().destroy_stream(compute), "destroy stream");
+  return out;
+}
+
+// The disk's read rate through the store (bytes/s), for the NVMe bound.
+double disk_read_rate(const settings& st) {
+  strata::offload_options o;
+  o.nvme_dir = st.nvme_dir;
+  auto store = take(strata::nvme_store::open(o), "nvme store");
+  std::vector<unsigned char> bytes(st.param, 7);
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 8; ++i)
+    ids.push_back(take(store->write(bytes.data(), bytes.size()), "write"));
+  const auto t0 = clock_type::now();
+  for (const auto id : ids) check(store->read(id, bytes.data(), bytes.size()), "read");
+  const double seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return static_cast<double>(st.param) * static_cast<double>(ids.size()) / seconds;
+}
+
+settings parse(int argc, char** argv) {
+  settings st;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string key = argv[i];
+    const char* value = argv[i + 1];
+    if (key == "--layers") {
+      st.layers = std::atoi(value);
+    } else if (key == "--param") {
+      st.param = take(strata::parse_byte_size("--param", value), "--param");
+    } else if (key == "--gbps") {
+      st.gbps = std::atof(value);
+    } else if (key == "--steps") {
+      st.steps = std::atoi(value);
+    } else if (key == "--resident") {
+      st.resident = std::atoi(value);
+    } else if (key == "--nvme-dir") {
+      st.nvme_dir = value;
+    } else {
+      die("unknown option " + key);
+    }
+  }
+  if (st.layers < 2 || st.steps < 2 || st.gbps <= 0 || st.resident < 3 ||
+      st.resident >= st.layers) {
+    die("need --layers >= 2, --steps >= 2, --gbps > 0, 3 <= --resident < --layers");
+  }
+  return st;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const settings st = parse(argc, argv);
+  std::vector<bool> tiers{false};
+  if (!st.nvme_dir.empty()) tiers.push_back(true);
+  double worst = 0;
+  for (const bool nvme : tiers) {
+    const double copy_rate = st.gbps * 1e9;
+    const double disk_rate = nvme ? disk_read_rate(st) : 0;
+    const double rate = nvme ? std::min(copy_rate, disk_rate) : copy_rate;
+    const double fetch = static_cast<double>(st.param) / rate;
+    const double first =
+        nvme ? static_cast<double>(st.param) / disk_rate + static_cast<double>(st.param) / copy_rate
+             : fetch;
+    std::printf(
+        "\n%s tier: %d layers of %.0f MiB, forward then backward, copies %.1f GB/s%s\n",
+        nvme ? "NVMe" : "host", st.layers, static_cast<double>(st.param) / (1 << 20), st.gbps,
+        nvme ? (", disk reads " + std::to_string(disk_rate / 1e9).substr(0, 4) + " GB/s").c_str()
+             : "");
+    std::printf("%-8s %-8s %9s %9s %9s %9s %9s %6s %6s %7s\n", "P/bw:C", "policy", "bound ms",
+                "step 1", "worst>=2", "mean>=2", "peak MiB", "hits", "late", "wasted");
+    for (const double ratio : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+      const double c = fetch / ratio;
+      const double accesses = 2.0 * st.layers;
+      const double bound = std::max(accesses * c, accesses * fetch) + first;
+      for (const policy p : {policy::none, policy::fixed_two, policy::strata}) {
+        const outcome out = run(st, p, c, nvme);
+        double later_worst = 0;
+        double later_sum = 0;
+        for (std::size_t s = 1; s < out.step_seconds.size(); ++s) {
+          later_worst = std::max(later_worst, out.step_seconds[s] / bound);
+          later_sum += out.step_seconds[s] / bound;
+        }
+        if (p == policy::strata) worst = std::max(worst, later_worst);
+        std::printf("%-8.2f %-8s %9.2f %9.3f %9.3f %9.3f %9.1f %6llu %6llu %7llu\n", ratio,
+                    name_of(p), bound * 1e3, out.step_seconds[0] / bound, later_worst,
+                    later_sum / static_cast<double>(out.step_seconds.size() - 1),
+                    static_cast<double>(out.peak_bytes) / (1 << 20),
+                    static_cast<unsigned long long>(out.fills.prefetch_hits),
+                    static_cast<unsigned long long>(out.fills.late_fills),
+                    static_cast<unsigned long long>(out.fills.prefetch_wasted));
+      }
+    }
+  }
+  std::printf("\nprefetch worst step / bound: %.3f\n", worst);
+  return 0;
+}
