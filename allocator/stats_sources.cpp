@@ -35,7 +35,12 @@ std::vector<std::pair<std::string, stat_map>> stats_sources::read() {
 
 void stats_sources::merge_into(stat_map& into) {
   for (const auto& [section, counters] : read()) {
-    for (const auto& [name, value] : counters) into[section + "." + name] = value;
+    for (const auto& [name, value] : counters) {
+      std::string key = section;
+      key += '.';
+      key += name;
+      into[key] = value;
+    }
   }
 }
 

@@ -59,7 +59,7 @@ void sleep_for(void* arg) {
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "prefetch_bench: %s\n", what.c_str());
-  std::exit(1);
+  std::exit(1);  // NOLINT(concurrency-mt-unsafe): a single-threaded command line
 }
 
 template <typename T>
@@ -96,12 +96,14 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme) {
   auto fetch = take(strata::prefetcher::create(*buffers, o), "prefetcher");
   const strata::stream_handle compute = take(alloc.dev().create_stream(), "stream");
   std::vector<std::uint64_t> h;
+  h.reserve(static_cast<std::size_t>(st.layers));
   for (int i = 0; i < st.layers; ++i) {
     h.push_back(take(buffers->register_buffer(st.param, strata::buffer_kind::parameter,
                                               strata::residency_policy::evictable),
                      "register"));
   }
   std::vector<int> order;
+  order.reserve(2 * static_cast<std::size_t>(st.layers));
   for (int i = 0; i < st.layers; ++i) order.push_back(i);
   for (int i = st.layers - 1; i >= 0; --i) order.push_back(i);
   double delay = compute_seconds;
@@ -144,6 +146,7 @@ double disk_read_rate(const settings& st) {
   auto store = take(strata::nvme_store::open(o), "nvme store");
   std::vector<unsigned char> bytes(st.param, 7);
   std::vector<std::uint64_t> ids;
+  ids.reserve(8);
   for (int i = 0; i < 8; ++i)
     ids.push_back(take(store->write(bytes.data(), bytes.size()), "write"));
   const auto t0 = clock_type::now();
