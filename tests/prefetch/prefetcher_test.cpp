@@ -357,11 +357,11 @@ TEST(Prefetch, FaultsAtEveryStageOfAFetchLoseNoByte) {
     bool corrupt;
   };
   std::vector<fault_case> cases;
-  for (const int n : {1, 4, 9, 15}) {
+  for (const int n : {1, 9}) {
     cases.push_back({"sim:capacity=8MiB", n, false});
     cases.push_back({"sim:capacity=8MiB", n + 1, true});
   }
-  for (const int n : {20, 33, 47, 61}) {
+  for (const int n : {20, 47}) {
     cases.push_back({"sim:capacity=8MiB,fail_copy_after=" + std::to_string(n), 0, false});
   }
   for (const fault_case& f : cases) {
@@ -371,7 +371,7 @@ TEST(Prefetch, FaultsAtEveryStageOfAFetchLoseNoByte) {
     ASSERT_TRUE(r.fetch);
     r.add(10, 2 * mib);
     int failures = 0;
-    for (int step = 0; step < 4; ++step) {
+    for (int step = 0; step < 3; ++step) {
       ASSERT_TRUE(r.fetch->begin_step().ok());
       for (std::size_t i = 0; i < 20; ++i) {
         const std::size_t k = i < 10 ? i : 19 - i;
