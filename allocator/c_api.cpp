@@ -39,6 +39,17 @@ strata_status copy_out(const std::string& text, char** out) {
   return STRATA_OK;
 }
 
+strata_status copy_out(const stat_map& counters, char** out) {
+  std::string json = "{";
+  for (const auto& [name, value] : counters) {
+    json += json.size() > 1 ? ",\"" : "\"";
+    json += name;
+    json += "\":";
+    json += std::to_string(value);
+  }
+  return copy_out(json + "}", out);
+}
+
 const char* last_error_message() {
   return last_error.c_str();
 }
@@ -188,13 +199,7 @@ strata_status strata_reset_peak_stats(strata_allocator* a) {
 strata_status strata_stats_json(strata_allocator* a, char** out) {
   auto* impl = get(a);
   if (impl == nullptr) return no_allocator(a);
-  std::string json = "{";
-  bool first = true;
-  for (const auto& [name, value] : impl->stats_map()) {
-    json += (first ? "\"" : ",\"") + name + "\":" + std::to_string(value);
-    first = false;
-  }
-  return copy_out(json + "}", out);
+  return copy_out(impl->stats_map(), out);
 }
 
 strata_status strata_memory_summary(strata_allocator* a, char** out) {

@@ -101,12 +101,7 @@ strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle) {
 strata_status strata_prefetcher_stats_json(strata_prefetcher* p, char** out) {
   auto* impl = get(p);
   if (impl == nullptr) return no_prefetcher(p);
-  if (out == nullptr) return null_output();
-  std::string json = "{";
-  for (const auto& [name, value] : strata::prefetcher::to_map(impl->stats())) {
-    json += (json.size() > 1 ? ",\"" : "\"") + name + "\":" + std::to_string(value);
-  }
-  return strata::c_api::copy_out(json + "}", out);
+  return strata::c_api::copy_out(strata::prefetcher::to_map(impl->stats()), out);
 }
 
 }  // extern "C"

@@ -91,10 +91,11 @@ status prefetcher::end_step() {
 }
 
 result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mode mode) {
-  auto p = buffers_.acquire(handle, stream, mode);
-  if (!p) return p;
+  // The size first: once acquired, nothing below fails.
   auto bytes = buffers_.size_of(handle);  // no lock of ours held
   if (!bytes) return bytes.error();
+  auto p = buffers_.acquire(handle, stream, mode);
+  if (!p) return p;
   std::string divergence;
   bool follow = false;
   {

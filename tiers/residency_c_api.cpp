@@ -144,11 +144,7 @@ strata_status strata_residency_where(strata_residency* r, uint64_t handle, strat
 strata_status strata_residency_stats_json(strata_residency* r, char** out) {
   auto* impl = get(r);
   if (impl == nullptr) return no_manager(r);
-  std::string json = "{";
-  for (const auto& [name, value] : strata::residency_manager::to_map(impl->stats())) {
-    json += (json.size() > 1 ? ",\"" : "\"") + name + "\":" + std::to_string(value);
-  }
-  return strata::c_api::copy_out(json + "}", out);
+  return strata::c_api::copy_out(strata::residency_manager::to_map(impl->stats()), out);
 }
 
 }  // extern "C"

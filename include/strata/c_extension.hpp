@@ -38,6 +38,8 @@ STRATA_API strata_status to_c(const status& s);
 /// `*out` = a malloc'ed copy of `text` (freed with strata_string_free).
 /// Errors: invalid_argument (null `out`), out_of_memory.
 STRATA_API strata_status copy_out(const std::string& text, char** out);
+/// The same for counters: one JSON object {"name":value,...} in name order.
+STRATA_API strata_status copy_out(const stat_map& counters, char** out);
 
 /// The C++ allocator behind `handle`, counted as in use until give_back():
 /// strata_allocator_destroy fails with invalid_argument while a use is
