@@ -58,7 +58,8 @@ strata::adam_options options_of(const strata_adam_options& o) {
 }
 
 bool known(strata_dtype t) {
-  return t == STRATA_F32 || t == STRATA_BF16 || t == STRATA_F16;
+  const auto v = strata::c_api::enum_value(t);
+  return v == STRATA_F32 || v == STRATA_BF16 || v == STRATA_F16;
 }
 
 // Runs `f(state&)` for a live handle; `async` needs the stream kernels.

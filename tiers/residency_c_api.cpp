@@ -97,10 +97,12 @@ strata_status strata_residency_register(strata_residency* r, size_t bytes, strat
   auto* impl = get(r);
   if (impl == nullptr) return no_manager(r);
   if (handle == nullptr) return null_output();
-  if (kind < STRATA_BUFFER_PARAMETER || kind > STRATA_BUFFER_OTHER) {
+  const auto k = strata::c_api::enum_value(kind);
+  if (k < STRATA_BUFFER_PARAMETER || k > STRATA_BUFFER_OTHER) {
     return fail(strata::errc::invalid_argument, "unknown buffer kind");
   }
-  if (policy != STRATA_EVICTABLE && policy != STRATA_PINNED_ON_DEVICE) {
+  const auto p = strata::c_api::enum_value(policy);
+  if (p != STRATA_EVICTABLE && p != STRATA_PINNED_ON_DEVICE) {
     return fail(strata::errc::invalid_argument, "unknown residency policy");
   }
   auto h = impl->register_buffer(bytes, static_cast<strata::buffer_kind>(kind),

@@ -10,9 +10,11 @@
 // error is per thread.
 #pragma once
 
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "strata/error.hpp"
 #include "strata/export.hpp"
@@ -28,6 +30,18 @@ Slot* new_slot() {
   static std::deque<Slot> slots;
   std::lock_guard lock(mu);
   return &slots.emplace_back();
+}
+
+/// The integer a C caller passed for an enum parameter. C lets any int
+/// through where an enum is declared; in C++ reading an enum outside its
+/// enumerators' range is undefined, so its bytes are read instead. Validate
+/// the result against the enumerators before converting back.
+template <class E>
+  requires std::is_enum_v<E>
+std::underlying_type_t<E> enum_value(const E& e) {
+  std::underlying_type_t<E> v{};
+  std::memcpy(&v, &e, sizeof v);
+  return v;
 }
 
 /// Records `s`'s message as the thread's last error and returns its code.

@@ -3,6 +3,7 @@
 // aliasing rules, and the argument errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -45,12 +46,34 @@ std::uint16_t ref_bf16(float f) {
   return static_cast<std::uint16_t>(hi >> 16);
 }
 
-// The compiler's own binary16 conversions (round to nearest even).
+// binary16 by its definition (not the compiler's: clang 14 has no _Float16
+// on x86): the representable value nearest |f|, ties to the even
+// significand, infinity from 65520 (the midpoint above 65504) up.
 std::uint16_t ref_f16(float f) {
-  return std::bit_cast<std::uint16_t>(static_cast<_Float16>(f));
+  const std::uint16_t sign = std::signbit(f) ? 0x8000U : 0U;
+  if (std::isnan(f)) return sign | 0x7e00U;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00U;
+  int e = 0;
+  std::frexp(a, &e);  // 2^(e-1) <= a < 2^e
+  const double ulp = std::ldexp(1.0, std::max(e - 11, -24));
+  const double v = std::nearbyint(a / ulp) * ulp;  // default rounding: to even
+  if (v < 0x1p-14) return sign | static_cast<std::uint16_t>(v / 0x1p-24);
+  const double m = std::frexp(v, &e);  // v = m * 2^e, 0.5 <= m < 1
+  return sign | static_cast<std::uint16_t>(((e + 14) << 10) | (static_cast<int>(m * 2048) - 1024));
 }
 float ref_from_f16(std::uint16_t h) {
-  return static_cast<float>(std::bit_cast<_Float16>(h));
+  const int exp = (h >> 10) & 0x1f;
+  const int man = h & 0x3ff;
+  double v = 0;
+  if (exp == 0) {
+    v = std::ldexp(man, -24);
+  } else if (exp == 31) {
+    v = man == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+  } else {
+    v = std::ldexp(1024 + man, exp - 25);
+  }
+  return static_cast<float>((h & 0x8000U) != 0 ? -v : v);
 }
 
 bool same_float(float a, float b) {
