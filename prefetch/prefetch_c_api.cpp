@@ -79,10 +79,17 @@ strata_status strata_prefetcher_end_step(strata_prefetcher* p) {
 
 strata_status strata_prefetcher_acquire(strata_prefetcher* p, uint64_t handle, void* stream,
                                         void** out) {
+  return strata_prefetcher_acquire_mode(p, handle, stream, STRATA_READ_WRITE, out);
+}
+
+strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, uint64_t handle, void* stream,
+                                             strata_access_mode mode, void** out) {
   auto* impl = get(p);
   if (impl == nullptr) return no_prefetcher(p);
   if (out == nullptr) return null_output();
-  auto ptr = impl->acquire(handle, stream);
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto ptr = impl->acquire(handle, stream, *m);
   if (!ptr) return fail(ptr.error());
   *out = *ptr;
   return STRATA_OK;

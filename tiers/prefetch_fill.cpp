@@ -5,10 +5,17 @@
 // prefetch(). A later stage (an all-gather of shards) would be queued from
 // finish_read's hand-back in the same way, after the copy's event.
 //
+// A buffer the host tier cannot hold is streamed instead: its device memory
+// and two staging chunks are taken when the prefetch is issued, and the
+// reader reads the extent chunk by chunk and copies each to the device on
+// its own stream (stream_in), the copy of one chunk overlapping the read of
+// the next, then hands the buffer back on the device.
+//
 // Invariants: a buffer with `reading` set is on NVMe, owns `host` (the
-// read's destination), is in the reader's queue or being read, and is
-// neither a victim nor dropped (unregister waits for the read); it counts
-// in fills_in_flight until finish_read. `prefetched` buffers count in
+// read's destination; streamed: the job owns the device memory and the
+// chunks), is in the reader's queue or being read, and is neither a victim
+// nor dropped (unregister waits for the read); it counts in
+// fills_in_flight until finish_read. `prefetched` buffers count in
 // prefetched_bytes until acquired, spilled (wasted) or their read fails.
 //
 // Cost: prefetch() takes the mutex and waits for no fill; making room for
@@ -56,14 +63,15 @@ result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier 
   if (stats_.fills_in_flight + 1 > limits.inflight) return prefetch_outcome::over_budget;
   b.next_use = next_use;
   if (b.where == tier::nvme) {
-    auto started = start_read(handle, b);
+    auto started = start_read(handle, b, to_device);
     if (started && *started == prefetch_outcome::started && to_device) set_prefetched(b, true);
     return started;
   }
   return start_device_copy(b);
 }
 
-result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buffer& b) {
+result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buffer& b,
+                                                       bool to_device) {
   // Host room: host buffers the oracle says are needed later than this one
   // may be spilled on to NVMe (a spill, waited for as every spill is); the
   // read itself is not waited for.
@@ -82,6 +90,7 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   }
   if (!host) {
     if (host.code() != errc::out_of_memory) return host.error();
+    if (to_device) return start_streamed_read(handle, b);
     ++stats_.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
@@ -92,6 +101,47 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   reads_.push_back({handle, b.extent, *host, b.bytes});
   reads_queued_.notify_one();
   return prefetch_outcome::started;
+}
+
+result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t handle, buffer& b) {
+  const std::uint64_t limit = b.next_use;
+  read_job job{handle, b.extent, nullptr, b.bytes};
+  for (void*& slot : job.slots) {
+    auto p = host_->allocate(std::min(staging_chunk_, b.bytes));
+    if (!p && p.code() == errc::out_of_memory && drop_a_shadow()) {
+      p = host_->allocate(std::min(staging_chunk_, b.bytes));
+    }
+    if (!p) {
+      free_streamed(job);
+      if (p.code() != errc::out_of_memory) return p.error();
+      ++stats_.prefetch_no_room;
+      return prefetch_outcome::no_room;
+    }
+    slot = *p;
+  }
+  ++b.acquired;  // making room must not pick this buffer
+  auto dev = device_memory(b.bytes, &limit);
+  --b.acquired;
+  if (!dev) {
+    free_streamed(job);
+    if (dev.code() != errc::out_of_memory) return dev.error();
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
+  job.dev = *dev;
+  b.reading = true;
+  ++stats_.fills_in_flight;
+  ++stats_.prefetch_reads;
+  reads_.push_back(job);
+  reads_queued_.notify_one();
+  return prefetch_outcome::started;
+}
+
+void residency_manager::free_streamed(const read_job& job) {
+  for (void* slot : job.slots) {
+    if (slot != nullptr) host_->free(slot);
+  }
+  if (job.dev != nullptr) (void)alloc_.try_free(job.dev);
 }
 
 result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
@@ -122,6 +172,7 @@ void residency_manager::reader_loop() {
       // stay on NVMe and drop() frees the host memory they hold.
       for (const read_job& job : reads_) {
         if (auto it = buffers_.find(job.handle); it != buffers_.end()) it->second.reading = false;
+        free_streamed(job);
       }
       reads_.clear();
       reads_done_.notify_all();
@@ -130,7 +181,10 @@ void residency_manager::reader_loop() {
     const read_job job = reads_.front();
     reads_.pop_front();
     lock.unlock();
-    status read = nvme_->read(job.extent, job.host, job.bytes);  // checksum checked
+    // Checksum checked; a streamed read also waits for its copies.
+    status read = job.dev != nullptr ? stream_in(job.extent, job.dev, job.bytes, job.slots,
+                                                 reader_stream_, reader_done_)
+                                     : nvme_->read(job.extent, job.host, job.bytes);
     lock.lock();
     finish_read(job, read);
   }
@@ -140,14 +194,22 @@ void residency_manager::finish_read(const read_job& job, status read) {
   buffer& b = buffers_.at(job.handle);  // unregister waits for the read
   b.reading = false;
   --stats_.fills_in_flight;
+  if (job.dev != nullptr) {
+    for (void* slot : job.slots) host_->free(slot);
+  }
   if (!read) {  // the extent stays: the buffer is still on NVMe, whole
-    host_->free(b.host);
+    if (job.dev != nullptr) (void)alloc_.try_free(job.dev);
+    if (b.host != nullptr) host_->free(b.host);
     b.host = nullptr;
     b.read_failure = std::move(read);
     ++stats_.prefetch_failed;
     set_prefetched(b, false);
+  } else if (job.dev != nullptr) {  // streamed: on the device, its copies done
+    keep_extent(b);
+    b.device = job.dev;
+    moved(b, tier::device, stats_.fills_from_nvme);
   } else {
-    (void)nvme_->erase(b.extent);
+    keep_extent(b);
     moved(b, tier::host, stats_.fills_from_nvme);
     // The next stage, unless an acquire is already waiting to fill it.
     if (b.prefetched && b.acquired == 0) {

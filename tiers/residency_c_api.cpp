@@ -27,6 +27,13 @@ void give_back(strata_residency* handle) {
   handle->users.fetch_sub(1, std::memory_order_acq_rel);
 }
 
+result<access_mode> access_mode_of(strata_access_mode mode) {
+  const auto v = enum_value(mode);
+  if (v == STRATA_READ_WRITE) return access_mode::read_write;
+  if (v == STRATA_READ_ONLY) return access_mode::read_only;
+  return status{errc::invalid_argument, "unknown access mode " + std::to_string(v)};
+}
+
 }  // namespace strata::c_api
 
 namespace {
@@ -114,10 +121,17 @@ strata_status strata_residency_register(strata_residency* r, size_t bytes, strat
 
 strata_status strata_residency_acquire(strata_residency* r, uint64_t handle, void* stream,
                                        void** out) {
+  return strata_residency_acquire_mode(r, handle, stream, STRATA_READ_WRITE, out);
+}
+
+strata_status strata_residency_acquire_mode(strata_residency* r, uint64_t handle, void* stream,
+                                            strata_access_mode mode, void** out) {
   auto* impl = get(r);
   if (impl == nullptr) return no_manager(r);
   if (out == nullptr) return null_output();
-  auto p = impl->acquire(handle, stream);
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto p = impl->acquire(handle, stream, *m);
   if (!p) return fail(p.error());
   *out = *p;
   return STRATA_OK;

@@ -52,13 +52,15 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
   std::unique_ptr<residency_manager> m(
       new residency_manager(alloc, std::move(*host), std::move(nvme), options.nvme_verify));
   // Two copy streams: a spill's device-to-host copy need not queue behind
-  // fills in flight (the two directions overlap on the bus).
-  for (stream_handle* s : {&m->spill_stream_, &m->fill_stream_}) {
+  // fills in flight (the two directions overlap on the bus); a third for
+  // the reader's streamed prefetches, which it waits for off the mutex.
+  for (stream_handle* s : {&m->spill_stream_, &m->fill_stream_, &m->reader_stream_}) {
     auto stream = alloc.dev().create_stream();
     if (!stream) return stream.error();
     *s = *stream;
   }
-  for (event_handle* e : {&m->copy_done_, &m->staging_done_[0], &m->staging_done_[1]}) {
+  for (event_handle* e : {&m->copy_done_, &m->staging_done_[0], &m->staging_done_[1],
+                          &m->reader_done_[0], &m->reader_done_[1]}) {
     auto event = alloc.dev().create_event();
     if (!event) return event.error();
     *e = *event;
@@ -105,10 +107,11 @@ residency_manager::~residency_manager() {
   for (auto& [handle, b] : buffers_) drop(b);
   device& d = alloc_.dev();
   probes_->drain(d);
-  for (const event_handle e : {copy_done_, staging_done_[0], staging_done_[1]}) {
+  for (const event_handle e :
+       {copy_done_, staging_done_[0], staging_done_[1], reader_done_[0], reader_done_[1]}) {
     if (e.native != nullptr) (void)d.destroy_event(e);
   }
-  for (const stream_handle s : {spill_stream_, fill_stream_}) {
+  for (const stream_handle s : {spill_stream_, fill_stream_, reader_stream_}) {
     if (s.native == nullptr) continue;
     (void)d.synchronize_stream(s);
     (void)d.destroy_stream(s);
@@ -179,28 +182,9 @@ void residency_manager::set_prefetched(buffer& b, bool on) {
   }
 }
 
-void residency_manager::drop_shadow(buffer& b) {
-  b.dirty = true;
-  if (b.shadow == nullptr) return;
-  host_->free(b.shadow);
-  b.shadow = nullptr;
-  stats_.shadow_bytes -= b.bytes;
-}
-
-bool residency_manager::drop_a_shadow() {
-  if (stats_.shadow_bytes == 0) return false;
-  for (auto& [handle, b] : buffers_) {
-    if (b.shadow != nullptr) {
-      drop_shadow(b);
-      return true;
-    }
-  }
-  return false;
-}
-
 void residency_manager::drop(buffer& b) {
   (void)retire(b, true);
-  drop_shadow(b);
+  mark_written(b);  // frees the shadow and the kept extent
   set_prefetched(b, false);
   if (b.device != nullptr) (void)alloc_.try_free(b.device);
   if (b.host != nullptr) host_->free(b.host);
@@ -270,10 +254,14 @@ residency_manager::buffer* residency_manager::victim(tier from, const std::uint6
 }
 
 status residency_manager::spill_to_nvme(buffer& b) {
+  if (spill_clean(b)) return {};
   if (nvme_ == nullptr) {
     return {errc::out_of_memory, "residency manager: host tier full and no NVMe tier"};
   }
   auto extent = nvme_->write(b.host, b.bytes);  // returns once written with its checksum
+  while (!extent && extent.code() == errc::out_of_memory && drop_a_kept_extent()) {
+    extent = nvme_->write(b.host, b.bytes);
+  }
   if (!extent) return extent.error();
   if (verify_nvme_) {
     if (auto read_back = nvme_->verify(*extent); !read_back) {
@@ -312,17 +300,7 @@ status residency_manager::spill_to_host(buffer& b) {
     stats_.prefetch_wasted_bytes += b.bytes;
     set_prefetched(b, false);
   }
-  if (!b.dirty && b.shadow != nullptr) {  // unwritten: the host copy is the buffer
-    (void)alloc_.try_free(b.device);
-    b.device = nullptr;
-    b.host = b.shadow;
-    b.shadow = nullptr;
-    stats_.shadow_bytes -= b.bytes;
-    b.dirty = true;
-    moved(b, tier::host, stats_.spills_to_host, false);
-    ++stats_.clean_spills;
-    return {};
-  }
+  if (spill_clean(b)) return {};  // unwritten: a copy below is the buffer
   auto host = host_memory(b.bytes);
   if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
     return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
@@ -430,7 +408,7 @@ status residency_manager::fill(buffer& b) {
     } else {
       st = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
       if (st) {
-        (void)nvme_->erase(b.extent);
+        keep_extent(b);
         b.host = *host;
         moved(b, tier::host, stats_.fills_from_nvme);
       } else if (host) {
@@ -506,7 +484,7 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* stream, acc
     --b.acquired;
     return s;
   }
-  if (mode == access_mode::read_write) drop_shadow(b);
+  if (mode == access_mode::read_write) mark_written(b);
   return b.device;
 }
 
@@ -608,7 +586,8 @@ stat_map residency_manager::to_map(const counters& c) {
           {"fills_in_flight", v(c.fills_in_flight)},
           {"prefetched_bytes", v(c.prefetched_bytes)},
           {"clean_spills", v(c.clean_spills)},
-          {"shadow_bytes", v(c.shadow_bytes)}};
+          {"shadow_bytes", v(c.shadow_bytes)},
+          {"nvme_kept_bytes", v(c.nvme_kept_bytes)}};
 }
 
 }  // namespace strata

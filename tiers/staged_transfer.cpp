@@ -13,8 +13,9 @@
 //
 // Cost: two staging chunks of host memory for the duration; the thread
 // waits for the last copy (as the unstaged NVMe fill waits for its read).
-// prefetch() does not stream: a buffer the host tier cannot hold is filled
-// this way by its acquire.
+// A prefetch of a buffer the host tier cannot hold streams in the same way
+// on the reader thread (prefetch_fill.cpp), on the reader's own stream and
+// events.
 #include <algorithm>
 
 #include "pinned_host_pool.hpp"
@@ -56,6 +57,9 @@ status residency_manager::stream_to_nvme(buffer& b) {
     slots.slot(k) = *p;
   }
   auto extent = nvme_->begin_write(b.bytes);
+  while (!extent && extent.code() == errc::out_of_memory && drop_a_kept_extent()) {
+    extent = nvme_->begin_write(b.bytes);
+  }
   if (!extent) return extent.error();
   device& d = alloc_.dev();
   const auto* src = static_cast<const unsigned char*>(b.device);
@@ -94,6 +98,31 @@ status residency_manager::stream_to_nvme(buffer& b) {
   return {};
 }
 
+status residency_manager::stream_in(std::uint64_t extent, void* dev, std::size_t bytes,
+                                    void* const slots[2], stream_handle stream,
+                                    const event_handle done[2]) {
+  device& d = alloc_.dev();
+  auto* dst = static_cast<unsigned char*>(dev);
+  const std::size_t chunks = (bytes + staging_chunk_ - 1) / staging_chunk_;
+  std::uint32_t crc = 0;
+  status st;
+  for (std::size_t i = 0; st && i < chunks; ++i) {
+    const std::size_t len = std::min(staging_chunk_, bytes - i * staging_chunk_);
+    // The slot's previous copy (chunk i - 2) must be done before it is reused.
+    if (i >= 2) st = d.synchronize_event(done[i % 2]);
+    if (st) st = nvme_->read_part(extent, i * staging_chunk_, slots[i % 2], len, crc);
+    if (st) {
+      st = d.copy_async(dst + i * staging_chunk_, slots[i % 2], len, copy_direction::host_to_device,
+                        stream);
+    }
+    if (st) st = d.record_event(done[i % 2], stream);
+  }
+  if (st) st = nvme_->check_read(extent, crc);
+  // The slots go back after this returns: every copy from them must be done.
+  if (auto synced = d.synchronize_stream(stream); st && !synced) st = synced;
+  return st;
+}
+
 status residency_manager::stream_from_nvme(buffer& b, void* dev) {
   staging_slots slots(*host_);
   for (std::size_t k = 0; k < 2; ++k) {
@@ -101,27 +130,11 @@ status residency_manager::stream_from_nvme(buffer& b, void* dev) {
     if (!p) return p.error();
     slots.slot(k) = *p;
   }
-  device& d = alloc_.dev();
-  auto* dst = static_cast<unsigned char*>(dev);
-  const std::size_t chunks = (b.bytes + staging_chunk_ - 1) / staging_chunk_;
-  std::uint32_t crc = 0;
-  status st;
-  for (std::size_t i = 0; st && i < chunks; ++i) {
-    const std::size_t len = std::min(staging_chunk_, b.bytes - i * staging_chunk_);
-    // The slot's previous copy (chunk i - 2) must be done before it is reused.
-    if (i >= 2) st = d.synchronize_event(staging_done_[i % 2]);
-    if (st) st = nvme_->read_part(b.extent, i * staging_chunk_, slots[i % 2], len, crc);
-    if (st) {
-      st = d.copy_async(dst + i * staging_chunk_, slots[i % 2], len, copy_direction::host_to_device,
-                        fill_stream_);
-    }
-    if (st) st = d.record_event(staging_done_[i % 2], fill_stream_);
+  void* const chunks[2] = {slots[0], slots[1]};
+  if (auto st = stream_in(b.extent, dev, b.bytes, chunks, fill_stream_, staging_done_); !st) {
+    return st;  // the caller frees `dev`; the buffer stays on NVMe
   }
-  if (st) st = nvme_->check_read(b.extent, crc);
-  // The slots go back when this returns: every copy from them must be done.
-  if (auto synced = d.synchronize_stream(fill_stream_); st && !synced) st = synced;
-  if (!st) return st;            // the caller frees `dev`; the buffer stays on NVMe
-  (void)nvme_->erase(b.extent);  // the copies are done: nothing for the acquirer to wait on
+  keep_extent(b);  // the copies are done: nothing for the acquirer to wait on
   b.device = dev;
   moved(b, tier::device, stats_.fills_from_nvme);
   return {};

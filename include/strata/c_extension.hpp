@@ -37,8 +37,7 @@ Slot* new_slot() {
 /// enumerators' range is undefined, so its bytes are read instead. Validate
 /// the result against the enumerators before converting back.
 template <class E>
-  requires std::is_enum_v<E>
-std::underlying_type_t<E> enum_value(const E& e) {
+requires std::is_enum_v<E> std::underlying_type_t<E> enum_value(const E& e) {
   std::underlying_type_t<E> v{};
   std::memcpy(&v, &e, sizeof v);
   return v;

@@ -41,6 +41,10 @@ STRATA_C_API strata_status strata_prefetcher_end_step(strata_prefetcher* p);
  * ahead. Errors as strata_residency_acquire's. */
 STRATA_C_API strata_status strata_prefetcher_acquire(strata_prefetcher* p, uint64_t handle,
                                                      void* stream, void** out);
+/* The same with an access mode (strata_residency_acquire_mode). */
+STRATA_C_API strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, uint64_t handle,
+                                                          void* stream, strata_access_mode mode,
+                                                          void** out);
 /* strata_residency_release. */
 STRATA_C_API strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle,
                                                      void* stream);

@@ -36,6 +36,17 @@ typedef enum strata_residency_policy {
   STRATA_PINNED_ON_DEVICE = 1 /* never spilled */
 } strata_residency_policy;
 
+/* How an acquire uses the buffer. */
+typedef enum strata_access_mode {
+  /* may write it: a later spill copies the device bytes back */
+  STRATA_READ_WRITE = 0,
+  /* only reads it (parameters in forward and backward): the copies it was
+   * filled from (pinned host memory, an NVMe extent) stay valid, so
+   * spilling it moves no bytes. Writes made under it are lost at the next
+   * spill. */
+  STRATA_READ_ONLY = 1
+} strata_access_mode;
+
 typedef enum strata_tier {
   STRATA_TIER_NONE = 0, /* registered, never acquired */
   STRATA_TIER_DEVICE = 1,
@@ -72,6 +83,11 @@ STRATA_C_API strata_status strata_residency_register(strata_residency* r, size_t
  * failed or its checksum did not match; the buffer stays where it was). */
 STRATA_C_API strata_status strata_residency_acquire(strata_residency* r, uint64_t handle,
                                                     void* stream, void** out);
+/* strata_residency_acquire with an access mode (strata_residency_acquire
+ * is STRATA_READ_WRITE). INVALID_ARGUMENT also for an unknown mode. */
+STRATA_C_API strata_status strata_residency_acquire_mode(strata_residency* r, uint64_t handle,
+                                                         void* stream, strata_access_mode mode,
+                                                         void** out);
 /* Ends one acquire: once none is left and the work queued on `stream` so
  * far is done, the buffer may be spilled. */
 STRATA_C_API strata_status strata_residency_release(strata_residency* r, uint64_t handle,

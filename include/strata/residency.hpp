@@ -19,7 +19,10 @@
 // NVMe write has returned (checksum written with it) and been read back and
 // checked (verify_nvme, on by default) before the host copy is freed, and an
 // NVMe read is checked against its checksum before use. Any
-// failure on the way leaves the buffer where it was.
+// failure on the way leaves the buffer where it was. A buffer only read
+// since it was filled (access_mode::read_only) keeps the copies it came
+// from (host memory, its NVMe extent) and spills back onto them with no
+// copy (clean_copies.cpp).
 //
 // Eviction picks among released, evictable buffers (policy `evictable`) the
 // least recently released, or the one the oracle (set_eviction_oracle) says
@@ -42,7 +45,9 @@
 // for on the calling thread. A fetch is a pipeline of stages, each ordered
 // after the one before: NVMe -> pinned host memory (a read on the manager's
 // reader thread, checksum checked when it completes), then host -> device
-// (a copy queued on the fill stream when the read is in). A failed read
+// (a copy queued on the fill stream when the read is in); a buffer the host
+// tier cannot hold streams NVMe -> device through two staging chunks on the
+// reader thread. A failed read
 // leaves the buffer on NVMe and is reported by the next acquire of it.
 // Device memory for a prefetch is taken when its copy is queued, and only
 // by spilling buffers the oracle says are needed later (without an oracle:
@@ -68,9 +73,8 @@
 #include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
+#include "strata/residency.h"
 #include "strata/strata.hpp"
-
-struct strata_residency;  // the C handle (strata/residency.h)
 
 namespace strata {
 
@@ -90,9 +94,10 @@ enum class tier : std::uint8_t { none, device, host, nvme };
 enum class access_mode : std::uint8_t {
   read_write,  ///< may write it: a later spill copies the device bytes back
   /// Only reads it (forward and backward use of parameters): the host copy
-  /// it was filled from stays valid, so a spill frees the device memory
-  /// without copying back. Writes made under a read_only acquire are lost
-  /// at the next spill.
+  /// it was filled from and the NVMe extent it was read from stay valid, so
+  /// a spill frees the device (or host) memory without copying back or
+  /// writing. Writes made under a read_only acquire are lost at the next
+  /// spill.
   read_only
 };
 
@@ -210,8 +215,10 @@ class STRATA_API residency_manager {
     std::uint64_t prefetch_failed = 0;        ///< prefetch reads that failed (reported at acquire)
     std::uint64_t fills_in_flight = 0;        ///< reads and copies outstanding now
     std::uint64_t prefetched_bytes = 0;       ///< headed for the device by prefetch, not acquired
-    std::uint64_t clean_spills = 0;           ///< spills of unwritten buffers: no copy back
-    std::uint64_t shadow_bytes = 0;           ///< host copies kept for unwritten device buffers
+    /// Spills of unwritten buffers to a copy kept below: no copy back, no write.
+    std::uint64_t clean_spills = 0;
+    std::uint64_t shadow_bytes = 0;     ///< host copies kept for unwritten device buffers
+    std::uint64_t nvme_kept_bytes = 0;  ///< NVMe extents kept for unwritten buffers above
   };
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
@@ -238,6 +245,7 @@ class STRATA_API residency_manager {
     bool reading = false;        // an NVMe read into `host` runs on the reader thread
     bool dirty = true;           // the device copy may differ from every host copy
     void* shadow = nullptr;      // on the device and clean: the host copy it came from
+    bool kept_extent = false;    // above NVMe, unwritten: `extent` still holds its bytes
     bool prefetched = false;     // headed for the device by prefetch(), not acquired
     std::uint64_t next_use = 0;  // the prefetch's, for making device room
     status read_failure{};       // a prefetch read's error, for the next acquire
@@ -245,8 +253,10 @@ class STRATA_API residency_manager {
   struct read_job {
     std::uint64_t handle;
     std::uint64_t extent;
-    void* host;
+    void* host;  // the read's destination (the buffer's), or null when streamed
     std::size_t bytes;
+    void* dev = nullptr;                  // streamed: straight to this device memory
+    void* slots[2] = {nullptr, nullptr};  // streamed: the staging chunks
   };
 
   residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
@@ -260,6 +270,11 @@ class STRATA_API residency_manager {
   // staging chunks, for buffers the host tier cannot hold.
   status stream_to_nvme(buffer& b);
   status stream_from_nvme(buffer& b, void* dev);
+  // Reads `extent` chunk by chunk through `slots` into `dev` on `stream`
+  // (`done`: one event per slot), checks the checksum and waits for the
+  // copies. Touches no buffer state: the reader runs it without the mutex.
+  status stream_in(std::uint64_t extent, void* dev, std::size_t bytes, void* const slots[2],
+                   stream_handle stream, const event_handle done[2]);
   // Host memory for `bytes`, spilling host buffers to NVMe if needed.
   result<void*> host_memory(std::size_t bytes);
   // Fills `b` (on the host or NVMe) onto the device; the copy from the
@@ -281,17 +296,34 @@ class STRATA_API residency_manager {
   status order_after_fill(buffer& b, stream_handle stream, bool late);
   // The prefetch stages (prefetch_fill.cpp): a read on the reader thread,
   // the copy to the device, the reader's loop and its hand-back.
-  result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b);
+  result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b, bool to_device);
+  // For a buffer the host tier cannot hold: device memory and two staging
+  // chunks now, the read streamed to the device on the reader thread.
+  result<prefetch_outcome> start_streamed_read(std::uint64_t handle, buffer& b);
+  // Gives back what a streamed job holds (after a failure or at shutdown).
+  void free_streamed(const read_job& job);
   result<prefetch_outcome> start_device_copy(buffer& b);
   void reader_loop();
   void finish_read(const read_job& job, status read);
   // Waits (releasing the mutex) until `b`'s read is in; counts the wait.
   void wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
   void set_prefetched(buffer& b, bool on);
-  // Frees `b`'s shadow (the buffer is then dirty: a spill copies it).
+  // The copies kept of unwritten buffers (clean_copies.cpp). Frees `b`'s
+  // shadow (the buffer is then dirty: a spill off the device copies it).
   void drop_shadow(buffer& b);
   // Frees one shadow to make host room; false if there is none.
   bool drop_a_shadow();
+  // Keeps `b.extent` after a read from it (the buffer is unwritten).
+  void keep_extent(buffer& b);
+  void drop_kept_extent(buffer& b);
+  // Frees one kept extent to make NVMe room; false if there is none.
+  bool drop_a_kept_extent();
+  // `b` may be written: its shadow and kept extent no longer hold its bytes.
+  void mark_written(buffer& b);
+  // Spills `b` one tier down with no copy if a copy below holds its bytes:
+  // device -> its shadow on the host, or device or host -> its kept
+  // extent. False (nothing done) if there is none.
+  bool spill_clean(buffer& b);
   // Copies on the spill stream and waits for the copy.
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
@@ -310,6 +342,8 @@ class STRATA_API residency_manager {
   event_handle copy_done_{};        // a spill's copy
   std::size_t staging_chunk_ = 0;   // bytes per staging chunk (block multiple)
   event_handle staging_done_[2]{};  // the copy of each staging chunk
+  stream_handle reader_stream_{};   // the reader's streamed prefetches
+  event_handle reader_done_[2]{};   // their chunks' copies
   std::recursive_mutex mu_;
   std::unordered_map<std::uint64_t, buffer> buffers_;
   std::uint64_t next_handle_ = 1;
@@ -338,6 +372,9 @@ namespace c_api {
 STRATA_API residency_manager* borrow(strata_residency* handle);
 /// Ends one borrow() of `handle`.
 STRATA_API void give_back(strata_residency* handle);
+/// The access mode a C caller named. Errors: invalid_argument (not a
+/// strata_access_mode value).
+STRATA_API result<access_mode> access_mode_of(strata_access_mode mode);
 
 }  // namespace c_api
 

@@ -58,7 +58,7 @@ TEST_F(CudaOverStandIn, TheCallersContextIsLeftAsItWas) {
   auto s = (*d)->create_stream();
   ASSERT_TRUE(s.ok()) << s.error().to_string();
   ASSERT_TRUE((*d)->synchronize_stream(*s).ok());
-  auto current = reinterpret_cast<context_t>(1);
+  auto* current = reinterpret_cast<context_t>(1);
   ASSERT_EQ(static_cast<int>(ctx_get_(&current)), 0);
   EXPECT_EQ(current, nullptr) << "a device call left its context current on this thread";
   ASSERT_TRUE((*d)->destroy_stream(*s).ok());

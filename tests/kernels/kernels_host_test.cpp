@@ -69,7 +69,8 @@ float ref_from_f16(std::uint16_t h) {
   if (exp == 0) {
     v = std::ldexp(man, -24);
   } else if (exp == 31) {
-    v = man == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+    v = man == 0 ? std::numeric_limits<double>::infinity()
+                 : std::numeric_limits<double>::quiet_NaN();
   } else {
     v = std::ldexp(1024 + man, exp - 25);
   }

@@ -31,7 +31,11 @@ TEST(PrefetchCApi, StepsHintsStatsAndDestroyOrder) {
     ASSERT_EQ(strata_prefetcher_begin_step(p), STRATA_OK);
     for (const uint64_t handle : h) {
       void* ptr = nullptr;
-      ASSERT_EQ(strata_prefetcher_acquire(p, handle, nullptr, &ptr), STRATA_OK);
+      // Odd steps only read the buffers.
+      ASSERT_EQ(step % 2 == 0
+                    ? strata_prefetcher_acquire(p, handle, nullptr, &ptr)
+                    : strata_prefetcher_acquire_mode(p, handle, nullptr, STRATA_READ_ONLY, &ptr),
+                STRATA_OK);
       EXPECT_NE(ptr, nullptr);
       ASSERT_EQ(strata_prefetcher_release(p, handle, nullptr), STRATA_OK);
     }
@@ -41,6 +45,11 @@ TEST(PrefetchCApi, StepsHintsStatsAndDestroyOrder) {
   EXPECT_EQ(strata_prefetcher_hint(p, h[0]), STRATA_OK);
   EXPECT_EQ(strata_prefetcher_hint(p, 999), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_prefetcher_acquire(p, h[0], nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+  void* ptr = nullptr;
+  EXPECT_EQ(
+      strata_prefetcher_acquire_mode(p, h[0], nullptr, static_cast<strata_access_mode>(2), &ptr),
+      STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(strata_last_error_message()).find("access mode"), std::string::npos);
   char* json = nullptr;
   ASSERT_EQ(strata_prefetcher_stats_json(p, &json), STRATA_OK);
   EXPECT_NE(std::string(json).find("\"steps\":3"), std::string::npos) << json;

@@ -331,6 +331,47 @@ TEST(Prefetch, AFailedPrefetchReadReachesTheAcquireAndTheBytesStayOnNvme) {
   }
 }
 
+// A buffer larger than the host tier is prefetched too: streamed NVMe ->
+// device chunk by chunk on the reader thread (prefetch returns with the
+// read held at the disk), on the device when acquired; a corrupted or
+// failed streamed read reaches the acquire and the bytes stay on NVMe.
+TEST(Prefetch, BuffersLargerThanTheHostTierStreamAhead) {
+  for (const int fault : {0, 1, 2}) {
+    SCOPED_TRACE(fault == 0 ? "no fault" : fault == 1 ? "corrupted read" : "EIO");
+    gated_reads gate;
+    rig r("sim:capacity=24MiB", tiers(4 * mib, true), &gate);  // 1 MiB staging chunks
+    ASSERT_TRUE(r.fetch);
+    r.add(3, 10 * mib + 4097);  // 2 fit the device, none the host
+    for (std::size_t k = 0; k < 3; ++k) ASSERT_TRUE(r.use(k, true).ok());
+    ASSERT_EQ(*r.manager->where(r.handles[0]), tier::nvme);
+    gate.set_open(false);
+    {
+      std::lock_guard lock(gate.mu);
+      gate.corrupt_next = fault == 1;
+      gate.fail_next = fault == 2;
+    }
+    auto issued = r.manager->prefetch(r.handles[0], tier::device, 0);
+    ASSERT_TRUE(issued.ok()) << issued.error().to_string();
+    EXPECT_EQ(*issued, prefetch_outcome::started);
+    const auto during = r.manager->stats();
+    gate.set_open(true);
+    EXPECT_EQ(during.fills_in_flight, 1u) << "prefetch waited for the streamed read";
+    EXPECT_EQ(during.prefetch_reads, 1u);
+    if (fault != 0) {
+      auto p = r.fetch->acquire(r.handles[0], r.stream.native);
+      ASSERT_FALSE(p.ok()) << "the failed streamed read was not reported";
+      EXPECT_EQ(p.code(), errc::io_error) << p.error().to_string();
+      EXPECT_EQ(*r.manager->where(r.handles[0]), tier::nvme);
+      EXPECT_EQ(r.manager->stats().prefetch_failed, 1u);
+    }
+    ASSERT_TRUE(r.use(0).ok()) << "the bytes on NVMe are whole";
+    const auto after = r.manager->stats();
+    EXPECT_EQ(after.host_bytes, 0u) << "no buffer fits the host tier";
+    EXPECT_EQ(after.fills_in_flight, 0u);
+    r.expect_every_byte();
+  }
+}
+
 // Fails the nth NVMe read (EIO) or corrupts it.
 class nth_read : public io_faults {
  public:

@@ -92,6 +92,52 @@ TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
   EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
 }
 
+// STRATA_READ_ONLY acquires: once every buffer was filled back read-only,
+// spilling them again copies nothing back and writes nothing to NVMe.
+TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
+                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
+  strata_residency* r = nullptr;
+  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  std::vector<std::uint64_t> handles(6);
+  for (std::size_t k = 0; k < handles.size(); ++k) {
+    ASSERT_EQ(c_register_parameter(r, 2 * mib, &handles[k]), STRATA_OK);
+    void* p = nullptr;
+    ASSERT_EQ(strata_residency_acquire_mode(r, handles[k], nullptr, STRATA_READ_WRITE, &p),
+              STRATA_OK);
+    wait_idle(a);
+    std::memset(p, static_cast<int>(k + 1), 2 * mib);
+    ASSERT_EQ(strata_residency_release(r, handles[k], nullptr), STRATA_OK);
+  }
+  const auto read_all = [&] {
+    for (std::size_t k = 0; k < handles.size(); ++k) {
+      void* p = nullptr;
+      ASSERT_EQ(strata_residency_acquire_mode(r, handles[k], nullptr, STRATA_READ_ONLY, &p),
+                STRATA_OK)
+          << strata_last_error_message();
+      wait_idle(a);
+      const std::vector<unsigned char> want(2 * mib, static_cast<unsigned char>(k + 1));
+      EXPECT_EQ(std::memcmp(p, want.data(), want.size()), 0) << "buffer " << k;
+      ASSERT_EQ(strata_residency_release(r, handles[k], nullptr), STRATA_OK);
+    }
+  };
+  read_all();
+  read_all();
+  const long long to_host = stat_of(r, "bytes_to_host");
+  const long long to_nvme = stat_of(r, "bytes_to_nvme");
+  read_all();
+  read_all();
+  EXPECT_EQ(stat_of(r, "bytes_to_host"), to_host);
+  EXPECT_EQ(stat_of(r, "bytes_to_nvme"), to_nvme);
+  EXPECT_GT(stat_of(r, "clean_spills"), 0);
+  for (const std::uint64_t h : handles) EXPECT_EQ(strata_residency_unregister(r, h), STRATA_OK);
+  EXPECT_EQ(stat_of(r, "nvme_kept_bytes"), 0);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, ErrorsAreClear) {
   strata_allocator* a = nullptr;
   ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK);
@@ -128,6 +174,9 @@ TEST(ResidencyC, ErrorsAreClear) {
   void* p = nullptr;
   EXPECT_EQ(strata_residency_acquire(r, h + 1000, nullptr, &p), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_residency_acquire(r, h, nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_acquire_mode(r, h, nullptr, static_cast<strata_access_mode>(5), &p),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "access mode"), nullptr);
   ASSERT_EQ(strata_residency_acquire(r, h, nullptr, &p), STRATA_OK);
   EXPECT_EQ(strata_residency_unregister(r, h), STRATA_ERROR_INVALID_ARGUMENT) << "still acquired";
 

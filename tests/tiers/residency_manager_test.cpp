@@ -263,6 +263,74 @@ TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
   for (std::size_t k = 0; k < 5; ++k) read_only(k);
 }
 
+// Buffers read from NVMe under read_only acquires keep their extents:
+// spilling them back writes nothing; a read_write acquire frees the extent,
+// so the next spill writes again. No byte is lost either way.
+TEST(Residency, ReadOnlyBuffersKeepTheirNvmeExtents) {
+  offload_options o = small_tiers();
+  o.host_capacity = 4 * mib;
+  auto s = make("sim:capacity=8MiB", o);
+  ASSERT_TRUE(s.manager);
+  device& dev = s.alloc->dev();
+  model md(*s.manager, dev);
+  for (int i = 0; i < 8; ++i) md.add(2 * mib);  // 16 MiB: 4 fit the device, 2 the host
+  for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
+  const auto read_only = [&](std::size_t k) {
+    auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
+    ASSERT_TRUE(p.ok()) << p.error().to_string();
+    ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
+    EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
+    ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
+  };
+  // Two rounds: every buffer is read from NVMe once and keeps its extent.
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t k = 0; k < 8; ++k) read_only(k);
+  }
+  const auto before = s.manager->stats();
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t k = 0; k < 8; ++k) read_only(k);
+  }
+  const auto after = s.manager->stats();
+  EXPECT_GT(after.fills_from_nvme, before.fills_from_nvme) << "the rounds did not reach NVMe";
+  EXPECT_EQ(after.bytes_to_nvme, before.bytes_to_nvme) << "an unwritten buffer was written again";
+  EXPECT_GT(after.clean_spills, before.clean_spills);
+  EXPECT_GT(after.nvme_kept_bytes, 0u);
+  // Written: the extents go, and the next spills write.
+  for (int round = 0; round < 2; ++round) {
+    for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(md.use(k, s.streams[0], false).ok());
+  }
+  const auto written = s.manager->stats();
+  EXPECT_GT(written.bytes_to_nvme, after.bytes_to_nvme);
+  EXPECT_EQ(written.device_bytes + written.host_bytes + written.nvme_bytes, 16 * mib);
+  for (std::size_t k = 0; k < 8; ++k) read_only(k);
+}
+
+// An NVMe store too small for every buffer's extent: kept extents are
+// freed to make room for a spill that must write, never an error.
+TEST(Residency, KeptExtentsMakeWayWhenNvmeIsFull) {
+  offload_options o = small_tiers();
+  o.host_capacity = 4 * mib;
+  o.nvme_capacity = 12 * mib;  // room for 4 of the 8 buffers' extents and their trailers
+  auto s = make("sim:capacity=8MiB", o);
+  ASSERT_TRUE(s.manager);
+  device& dev = s.alloc->dev();
+  model md(*s.manager, dev);
+  for (int i = 0; i < 8; ++i) md.add(2 * mib);
+  for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
+  for (int round = 0; round < 4; ++round) {
+    for (std::size_t k = 0; k < 8; ++k) {
+      auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
+      ASSERT_TRUE(p.ok()) << "round " << round << " buffer " << k << ": " << p.error().to_string();
+      ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
+      EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
+      ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
+    }
+  }
+  const auto c = s.manager->stats();
+  EXPECT_LE(c.nvme_bytes + c.nvme_kept_bytes, 12 * mib);
+  EXPECT_GT(c.clean_spills, 0u);
+}
+
 // Fails the nth completion of a kind with `result`, or flips a byte (0).
 class nth_fault : public io_faults {
  public:

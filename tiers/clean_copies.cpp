@@ -1,0 +1,102 @@
+// The copies the residency manager keeps of unwritten buffers
+// (residency.hpp, access_mode::read_only), so that spilling one moves no
+// bytes:
+//   the shadow       the pinned host copy a device buffer was filled from;
+//                    spilling the buffer off the device frees the device
+//                    memory, and the shadow becomes its host copy.
+//   the kept extent  the NVMe extent a buffer was read from, kept while the
+//                    buffer lives on the host or the device; spilling it
+//                    to NVMe frees that memory with no write (and no
+//                    read-back: the extent was checked when written, and
+//                    every read checks its checksum).
+//
+// Invariants: `shadow` is set only for a buffer on the device with `dirty`
+// false; `kept_extent` only for a buffer not on NVMe that is unwritten
+// since it was read from `extent`. A read_write acquire (mark_written)
+// frees both, as does dropping the buffer.
+//
+// Cost: nothing on the acquire/release path beyond a branch. Host pressure
+// frees shadows first (the device copy stays, nothing moves); an NVMe store
+// out of space frees kept extents before a write fails.
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+void residency_manager::drop_shadow(buffer& b) {
+  b.dirty = true;
+  if (b.shadow == nullptr) return;
+  host_->free(b.shadow);
+  b.shadow = nullptr;
+  stats_.shadow_bytes -= b.bytes;
+}
+
+bool residency_manager::drop_a_shadow() {
+  if (stats_.shadow_bytes == 0) return false;
+  for (auto& [handle, b] : buffers_) {
+    if (b.shadow != nullptr) {
+      drop_shadow(b);
+      return true;
+    }
+  }
+  return false;
+}
+
+void residency_manager::keep_extent(buffer& b) {
+  b.kept_extent = true;
+  stats_.nvme_kept_bytes += b.bytes;
+}
+
+void residency_manager::drop_kept_extent(buffer& b) {
+  if (!b.kept_extent) return;
+  (void)nvme_->erase(b.extent);
+  b.kept_extent = false;
+  stats_.nvme_kept_bytes -= b.bytes;
+}
+
+bool residency_manager::drop_a_kept_extent() {
+  if (stats_.nvme_kept_bytes == 0) return false;
+  for (auto& [handle, b] : buffers_) {
+    if (b.kept_extent) {
+      drop_kept_extent(b);
+      return true;
+    }
+  }
+  return false;
+}
+
+void residency_manager::mark_written(buffer& b) {
+  drop_shadow(b);
+  drop_kept_extent(b);
+}
+
+bool residency_manager::spill_clean(buffer& b) {
+  if (b.where == tier::device && !b.dirty && b.shadow != nullptr) {
+    // The device-wide free waits for the work queued on the buffer.
+    (void)alloc_.try_free(b.device);
+    b.device = nullptr;
+    b.host = b.shadow;
+    b.shadow = nullptr;
+    stats_.shadow_bytes -= b.bytes;
+    b.dirty = true;
+    moved(b, tier::host, stats_.spills_to_host, false);
+  } else if (b.kept_extent && (b.where == tier::device || b.where == tier::host)) {
+    if (b.where == tier::device) {
+      (void)alloc_.try_free(b.device);
+      b.device = nullptr;
+    } else {
+      host_->free(b.host);
+      b.host = nullptr;
+    }
+    b.kept_extent = false;  // the extent is the buffer's home again
+    stats_.nvme_kept_bytes -= b.bytes;
+    moved(b, tier::nvme, stats_.spills_to_nvme, false);
+  } else {
+    return false;
+  }
+  ++stats_.clean_spills;
+  return true;
+}
+
+}  // namespace strata
