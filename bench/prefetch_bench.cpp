@@ -3,8 +3,8 @@
 // (the sim device holds `--resident` of them), acquired forward then
 // backward; each layer's compute is a stream-ordered delay C on the
 // compute stream. For each tier (host; NVMe when --nvme-dir is a disk
-// directory) and each ratio (P / bandwidth) : C from 0.25 to 4, three
-// policies run S steps each:
+// directory, the host tier then holding `--host` parameters) and each ratio (P / bandwidth) : C
+// from 0.25 to 4, three policies run S steps each:
 //   none      no prefetch (prefetch_bytes 0): every fill starts at its acquire
 //   fixed-2   DeepSpeed's: at each acquire, hints for the next two layers,
 //             two fills in flight, counted in buffers
@@ -17,8 +17,8 @@
 // second step on:
 //   prefetch worst step / bound: R
 //
-//   prefetch_bench [--layers 8] [--param 4MiB] [--gbps 4] [--steps 4]
-//                  [--resident 4] [--nvme-dir DIR]
+//   prefetch_bench [--layers 12] [--param 4MiB] [--gbps 0.5] [--steps 4]
+//                  [--resident 4] [--host 4] [--nvme-dir DIR]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,11 +39,12 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 struct settings {
-  int layers = 8;
+  int layers = 12;
   std::uint64_t param = 4ULL << 20;
   double gbps = 0.5;
   int steps = 4;
   int resident = 4;
+  int host = 4;
   std::string nvme_dir;
 };
 
@@ -86,7 +87,7 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme) {
   ao.log_ooms = false;
   strata::allocator alloc(ao);
   strata::offload_options o;
-  o.host_capacity = nvme ? 3 * st.param : 0;
+  o.host_capacity = nvme ? static_cast<std::uint64_t>(st.host) * st.param : 0;
   o.nvme_dir = nvme ? st.nvme_dir : "";
   o.prefetch_bytes = p == policy::none ? 0 : p == policy::fixed_two ? ~0ULL : 2 * st.param;
   o.prefetch_inflight = p == policy::fixed_two ? 2 : 16;
@@ -170,6 +171,8 @@ settings parse(int argc, char** argv) {
       st.steps = std::atoi(value);
     } else if (key == "--resident") {
       st.resident = std::atoi(value);
+    } else if (key == "--host") {
+      st.host = std::atoi(value);
     } else if (key == "--nvme-dir") {
       st.nvme_dir = value;
     } else {
@@ -177,8 +180,9 @@ settings parse(int argc, char** argv) {
     }
   }
   if (st.layers < 2 || st.steps < 2 || st.gbps <= 0 || st.resident < 3 ||
-      st.resident >= st.layers) {
-    die("need --layers >= 2, --steps >= 2, --gbps > 0, 3 <= --resident < --layers");
+      st.resident >= st.layers || st.host < 1 || st.host + st.resident >= st.layers) {
+    die("need --layers >= 2, --steps >= 2, --gbps > 0, 3 <= --resident < --layers, "
+        "--host >= 1 and --host + --resident < --layers (some layers on NVMe)");
   }
   return st;
 }
