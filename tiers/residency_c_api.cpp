@@ -27,7 +27,7 @@ void give_back(strata_residency* handle) {
   handle->users.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-result<access_mode> access_mode_of(strata_access_mode mode) {
+result<access_mode> access_mode_of(const strata_access_mode& mode) {
   const auto v = enum_value(mode);
   if (v == STRATA_READ_WRITE) return access_mode::read_write;
   if (v == STRATA_READ_ONLY) return access_mode::read_only;

@@ -372,9 +372,10 @@ namespace c_api {
 STRATA_API residency_manager* borrow(strata_residency* handle);
 /// Ends one borrow() of `handle`.
 STRATA_API void give_back(strata_residency* handle);
-/// The access mode a C caller named. Errors: invalid_argument (not a
+/// The access mode a C caller named (by reference: copying an out-of-range
+/// enum is already undefined). Errors: invalid_argument (not a
 /// strata_access_mode value).
-STRATA_API result<access_mode> access_mode_of(strata_access_mode mode);
+STRATA_API result<access_mode> access_mode_of(const strata_access_mode& mode);
 
 }  // namespace c_api
 

@@ -92,6 +92,14 @@ struct model {
     std::memcpy(*p, bytes[k].data(), bytes[k].size());
     return m.release(handles[k], s.native);
   }
+  // Acquires buffer k read_only, checks its bytes, releases.
+  void read(std::size_t k, stream_handle s) {
+    auto p = m.acquire(handles[k], s.native, access_mode::read_only);
+    ASSERT_TRUE(p.ok()) << "buffer " << k << ": " << p.error().to_string();
+    ASSERT_TRUE(dev.synchronize_stream(s).ok());
+    EXPECT_EQ(std::memcmp(*p, bytes[k].data(), bytes[k].size()), 0) << "buffer " << k;
+    ASSERT_TRUE(m.release(handles[k], s.native).ok());
+  }
 };
 
 TEST(Residency, RandomUseForcesEverySpillAndFillAndKeepsEveryByte) {
@@ -240,17 +248,11 @@ TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
   model md(*s.manager, dev);
   for (int i = 0; i < 5; ++i) md.add(2 * mib);  // 10 MiB on an 8 MiB device
   for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
-  const auto read_only = [&](std::size_t k) {
-    auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
-    ASSERT_TRUE(p.ok()) << p.error().to_string();
-    ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
-    EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
-    ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
-  };
-  for (std::size_t k = 0; k < 5; ++k) read_only(k);  // fills; the written ones spill with copies
+  for (std::size_t k = 0; k < 5; ++k)
+    md.read(k, s.streams[0]);  // fills; the written ones spill with copies
   const auto before = s.manager->stats();
   for (int round = 0; round < 3; ++round) {
-    for (std::size_t k = 0; k < 5; ++k) read_only(k);
+    for (std::size_t k = 0; k < 5; ++k) md.read(k, s.streams[0]);
   }
   const auto after = s.manager->stats();
   EXPECT_GT(after.clean_spills, before.clean_spills);
@@ -260,7 +262,7 @@ TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
     for (std::size_t k = 0; k < 5; ++k) ASSERT_TRUE(md.use(k, s.streams[0], false).ok());
   }
   EXPECT_GT(s.manager->stats().bytes_to_host, after.bytes_to_host);
-  for (std::size_t k = 0; k < 5; ++k) read_only(k);
+  for (std::size_t k = 0; k < 5; ++k) md.read(k, s.streams[0]);
 }
 
 // Buffers read from NVMe under read_only acquires keep their extents:
@@ -275,20 +277,13 @@ TEST(Residency, ReadOnlyBuffersKeepTheirNvmeExtents) {
   model md(*s.manager, dev);
   for (int i = 0; i < 8; ++i) md.add(2 * mib);  // 16 MiB: 4 fit the device, 2 the host
   for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
-  const auto read_only = [&](std::size_t k) {
-    auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
-    ASSERT_TRUE(p.ok()) << p.error().to_string();
-    ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
-    EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
-    ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
-  };
   // Two rounds: every buffer is read from NVMe once and keeps its extent.
   for (int round = 0; round < 2; ++round) {
-    for (std::size_t k = 0; k < 8; ++k) read_only(k);
+    for (std::size_t k = 0; k < 8; ++k) md.read(k, s.streams[0]);
   }
   const auto before = s.manager->stats();
   for (int round = 0; round < 3; ++round) {
-    for (std::size_t k = 0; k < 8; ++k) read_only(k);
+    for (std::size_t k = 0; k < 8; ++k) md.read(k, s.streams[0]);
   }
   const auto after = s.manager->stats();
   EXPECT_GT(after.fills_from_nvme, before.fills_from_nvme) << "the rounds did not reach NVMe";
@@ -302,7 +297,7 @@ TEST(Residency, ReadOnlyBuffersKeepTheirNvmeExtents) {
   const auto written = s.manager->stats();
   EXPECT_GT(written.bytes_to_nvme, after.bytes_to_nvme);
   EXPECT_EQ(written.device_bytes + written.host_bytes + written.nvme_bytes, 16 * mib);
-  for (std::size_t k = 0; k < 8; ++k) read_only(k);
+  for (std::size_t k = 0; k < 8; ++k) md.read(k, s.streams[0]);
 }
 
 // An NVMe store too small for every buffer's extent: kept extents are
@@ -318,13 +313,8 @@ TEST(Residency, KeptExtentsMakeWayWhenNvmeIsFull) {
   for (int i = 0; i < 8; ++i) md.add(2 * mib);
   for (std::size_t k = 0; k < 8; ++k) ASSERT_TRUE(md.use(k, s.streams[0], true).ok());
   for (int round = 0; round < 4; ++round) {
-    for (std::size_t k = 0; k < 8; ++k) {
-      auto p = s.manager->acquire(md.handles[k], s.streams[0].native, access_mode::read_only);
-      ASSERT_TRUE(p.ok()) << "round " << round << " buffer " << k << ": " << p.error().to_string();
-      ASSERT_TRUE(dev.synchronize_stream(s.streams[0]).ok());
-      EXPECT_EQ(std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()), 0) << "buffer " << k;
-      ASSERT_TRUE(s.manager->release(md.handles[k], s.streams[0].native).ok());
-    }
+    SCOPED_TRACE("round " + std::to_string(round));
+    for (std::size_t k = 0; k < 8; ++k) md.read(k, s.streams[0]);
   }
   const auto c = s.manager->stats();
   EXPECT_LE(c.nvme_bytes + c.nvme_kept_bytes, 12 * mib);
