@@ -57,7 +57,8 @@ strata::adam_options options_of(const strata_adam_options& o) {
   return out;
 }
 
-bool known(strata_dtype t) {
+// By reference: copying an enum outside its range is already undefined.
+bool known(const strata_dtype& t) {
   const auto v = strata::c_api::enum_value(t);
   return v == STRATA_F32 || v == STRATA_BF16 || v == STRATA_F16;
 }

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "pinned_host_pool.hpp"
+#include "stall_probes.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/residency.hpp"
 
@@ -223,9 +224,7 @@ void residency_manager::finish_read(const read_job& job, status read) {
 void residency_manager::wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
   const auto t0 = std::chrono::steady_clock::now();
   reads_done_.wait(lock, [&] { return !b.reading; });
-  const auto waited = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count());
+  const std::uint64_t waited = elapsed_ns(t0);
   stats_.stall_ns += waited;
   stats_.fill_wait_ns += waited;
 }

@@ -27,12 +27,6 @@ result<stream_handle> check_stream(device& d, void* stream, const char* call) {
   return *s;
 }
 
-std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
-          .count());
-}
-
 }  // namespace
 
 result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& alloc,
@@ -148,9 +142,7 @@ bool residency_manager::retire(buffer& b, bool wait) {
   if (wait) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)d.synchronize_event(b.filled);  // a failure here still ends the copy
-    stats_.fill_wait_ns += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count());
+    stats_.fill_wait_ns += elapsed_ns(t0);
   } else if (auto done = d.query_event(b.filled); done.ok() && !done.yes()) {
     return false;
   }

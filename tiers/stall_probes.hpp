@@ -15,12 +15,21 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 
 namespace strata {
+
+// Nanoseconds from `since` to now: how the residency manager times the
+// waits it does on a thread (fills, reads in flight).
+inline std::uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since)
+          .count());
+}
 
 class stall_probes {
  public:

@@ -9,6 +9,8 @@
 
 extern "C" strata_status c_adamw_step(strata_kernels* k, float* p, const float* g, float* m,
                                       float* v, uint16_t* out, size_t n);
+extern "C" strata_status c_cast_with_bad_dtype(strata_kernels* k, uint16_t* dst, const float* src,
+                                               size_t n);
 
 namespace {
 
@@ -33,6 +35,8 @@ TEST(KernelsCApi, HostStepMatchesTheCppKernel) {
                          nullptr,   nullptr,  strata::dtype::bf16, n};
   ASSERT_TRUE(strata::adam_step_host(*pool, t, o, 1).ok());
   EXPECT_EQ(p, rp);
+  std::uint16_t h = 0;
+  EXPECT_EQ(c_cast_with_bad_dtype(k, &h, p.data(), 1), STRATA_ERROR_INVALID_ARGUMENT);
   // The async forms need an allocator.
   float x = 1.0F;
   EXPECT_EQ(strata_scale_async(k, nullptr, &x, 2.0F, 1), STRATA_ERROR_INVALID_ARGUMENT);
