@@ -18,7 +18,8 @@
 //   prefetch worst step / bound: R
 //
 //   prefetch_bench [--layers 12] [--param 4MiB] [--gbps 0.5] [--steps 4]
-//                  [--resident 4] [--host 4] [--nvme-dir DIR]
+//                  [--resident 4] [--host 4] [--nvme-dir DIR] [--per-step 1]
+// (--per-step 1 prints every step's time / bound under its row)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +47,7 @@ struct settings {
   int resident = 4;
   int host = 4;
   std::string nvme_dir;
+  bool per_step = false;
 };
 
 enum class policy { none, fixed_two, strata };
@@ -75,6 +77,7 @@ void check(const strata::status& s, const char* what) {
 
 struct outcome {
   std::vector<double> step_seconds;
+  std::vector<std::uint64_t> step_nvme_writes;  // bytes written to NVMe per step
   std::int64_t peak_bytes = 0;
   strata::residency_manager::counters fills{};
 };
@@ -110,6 +113,7 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme) {
   double delay = compute_seconds;
   const auto one_step = [&](bool timed, outcome& out) {
     const auto t0 = clock_type::now();
+    const std::uint64_t written = buffers->stats().bytes_to_nvme;
     if (p == policy::strata) check(fetch->begin_step(), "begin_step");
     for (std::size_t i = 0; i < order.size(); ++i) {
       const std::uint64_t handle = h[order[i]];
@@ -126,6 +130,7 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme) {
     check(alloc.dev().synchronize_stream(compute), "sync");
     if (timed) {
       out.step_seconds.push_back(std::chrono::duration<double>(clock_type::now() - t0).count());
+      out.step_nvme_writes.push_back(buffers->stats().bytes_to_nvme - written);
     }
   };
   outcome out;
@@ -175,6 +180,8 @@ settings parse(int argc, char** argv) {
       st.host = std::atoi(value);
     } else if (key == "--nvme-dir") {
       st.nvme_dir = value;
+    } else if (key == "--per-step") {
+      st.per_step = std::atoi(value) != 0;
     } else {
       die("unknown option " + key);
     }
@@ -229,6 +236,14 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(out.fills.prefetch_hits),
                     static_cast<unsigned long long>(out.fills.late_fills),
                     static_cast<unsigned long long>(out.fills.prefetch_wasted));
+        if (st.per_step) {
+          std::printf("         steps / bound:");
+          for (const double t : out.step_seconds) std::printf(" %.3f", t / bound);
+          std::printf("\n         MiB written to NVMe:");
+          for (const auto b : out.step_nvme_writes)
+            std::printf(" %.0f", static_cast<double>(b) / (1 << 20));
+          std::printf("\n");
+        }
       }
     }
   }

@@ -61,6 +61,7 @@ status prefetcher::begin_step() {
 status prefetcher::end_step() {
   const residency_manager::counters now = buffers_.stats();
   bool installed = false;
+  bool follow = false;
   {
     std::lock_guard lock(order_mu_);
     if (!in_step_) return {errc::invalid_argument, "prefetcher: end_step without begin_step"};
@@ -76,6 +77,10 @@ status prefetcher::end_step() {
       recording_ = {};
       installed = true;
     }
+    // The next step starts at the order's start: its first fills are
+    // issued now, while the caller waits for this step's last kernels.
+    follow = order_ != nullptr;
+    if (follow) order_->rewind();
   }
   if (installed) {
     // From now on the order decides what is spilled: the furthest next use
@@ -86,6 +91,10 @@ status prefetcher::end_step() {
           return order_->next_use(handle);
         },
         reuse_distance_);
+  }
+  if (follow) {
+    std::lock_guard walk(walk_mu_);
+    schedule();
   }
   return {};
 }
