@@ -332,6 +332,15 @@ status cuda_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   return {};
 }
 
+status cuda_device::do_memset_async(void* dst, unsigned char value, std::size_t bytes,
+                                    stream_handle stream) {
+  context_scope scope(*this);
+  const CUresult r =
+      drv_.memset_d8_async(reinterpret_cast<CUdeviceptr>(dst), value, bytes, native(stream));
+  if (r != CUDA_SUCCESS) return drv_.error("cuMemsetD8Async", r);
+  return {};
+}
+
 result<void*> cuda_device::do_host_alloc(std::size_t bytes) {
   context_scope scope(*this);
   void* p = nullptr;

@@ -69,6 +69,8 @@ class cuda_device final : public device {
   status do_synchronize() override;
   status do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                        stream_handle stream) override;
+  status do_memset_async(void* dst, unsigned char value, std::size_t bytes,
+                         stream_handle stream) override;
   result<void*> do_host_alloc(std::size_t bytes) override;
   status do_host_free(void* ptr) override;
   status do_host_register(void* ptr, std::size_t bytes) override;

@@ -71,6 +71,7 @@ status resolve(const shared_library& lib, cuda_driver& d) {
   need("cuEventQuery", d.event_query);
   need("cuEventSynchronize", d.event_synchronize);
   need("cuMemcpyAsync", d.memcpy_async);
+  need("cuMemsetD8Async", d.memset_d8_async);
   need("cuMemHostAlloc", d.mem_host_alloc);
   need("cuMemFreeHost", d.mem_free_host);
   need("cuMemHostRegister", d.mem_host_register);

@@ -51,6 +51,7 @@ struct cuda_driver {
   decltype(&::cuEventQuery) event_query = nullptr;
   decltype(&::cuEventSynchronize) event_synchronize = nullptr;
   decltype(&::cuMemcpyAsync) memcpy_async = nullptr;
+  decltype(&::cuMemsetD8Async) memset_d8_async = nullptr;
   decltype(&::cuMemHostAlloc) mem_host_alloc = nullptr;
   decltype(&::cuMemFreeHost) mem_free_host = nullptr;
   decltype(&::cuMemHostRegister) mem_host_register = nullptr;

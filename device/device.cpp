@@ -152,6 +152,14 @@ status device::copy_async(void* dst, const void* src, std::size_t bytes, copy_di
   return do_copy_async(dst, src, bytes, direction, stream);
 }
 
+status device::memset_async(void* dst, unsigned value, std::size_t bytes, stream_handle stream) {
+  if (bytes == 0) return {};
+  if (dst == nullptr) return invalid("memset_async: null pointer");
+  if (value > 255)
+    return invalid("memset_async: value " + std::to_string(value) + " is not a byte");
+  return do_memset_async(dst, static_cast<unsigned char>(value), bytes, stream);
+}
+
 result<void*> device::host_alloc(std::size_t bytes) {
   if (bytes == 0) return invalid("host_alloc: size is 0");
   return do_host_alloc(bytes);

@@ -23,6 +23,8 @@ const char* errc_name(errc code) noexcept {
       return "injected_fault";
     case errc::io_error:
       return "io_error";
+    case errc::comm_error:
+      return "comm_error";
   }
   return "unknown_error";
 }

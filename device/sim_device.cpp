@@ -279,6 +279,24 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   return {};
 }
 
+status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t bytes,
+                                   stream_handle stream) {
+  if (auto s = memory_->check_accessible(dst, bytes, "memset_async destination"); !s) return s;
+  auto s = find_stream(stream, "memset_async");
+  if (!s) return s.error();
+  // Modeled as a device-to-device copy of the same size.
+  const double seconds = copy_seconds(bytes, copy_direction::device_to_device);
+  (*s)->enqueue([dst, value, bytes, seconds] {
+    const auto start = std::chrono::steady_clock::now();
+    std::memset(dst, value, bytes);
+    if (seconds > 0) {
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::duration<double>(seconds)));
+    }
+  });
+  return {};
+}
+
 result<void*> sim_device::do_host_alloc(std::size_t bytes) {
   if (auto s = count_call(sim_fault::host_alloc, "host_alloc"); !s) return s;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -205,6 +205,13 @@ class STRATA_API device {
   status copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,
                     stream_handle stream);
 
+  /// Sets `bytes` of device memory at `dst` to the byte `value` (0-255) in
+  /// `stream` order (cuMemsetD8Async). `dst` must lie in mapped, accessible
+  /// device memory. `bytes == 0` is a no-op. Errors: invalid_argument (null
+  /// `dst`, a value above 255, memory that is not the device's), the
+  /// driver's.
+  status memset_async(void* dst, unsigned value, std::size_t bytes, stream_handle stream);
+
   // --- GPU code -----------------------------------------------------------
 
   /// Loads GPU code for this device: a fatbin or cubin image, as
@@ -263,6 +270,8 @@ class STRATA_API device {
   virtual status do_synchronize() = 0;
   virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, stream_handle stream) = 0;
+  virtual status do_memset_async(void* dst, unsigned char value, std::size_t bytes,
+                                 stream_handle stream) = 0;
   virtual result<module_handle> do_load_module(const void* image) = 0;
   virtual result<kernel_handle> do_get_kernel(module_handle module, const char* name) = 0;
   virtual status do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,

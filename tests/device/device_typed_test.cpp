@@ -203,6 +203,31 @@ TYPED_TEST(DeviceTest, EveryCopyDirectionMovesTheBytes) {
   this->unmap_all(m);
 }
 
+TYPED_TEST(DeviceTest, MemsetSetsExactlyTheRangeInStreamOrder) {
+  auto& dev = *this->dev_;
+  auto m = this->map_fresh(1);
+  auto s = dev.create_stream();
+  ASSERT_TRUE(s.ok());
+  auto in = pattern(this->g_, 5);
+  std::vector<unsigned char> out(this->g_, 0);
+  auto* d = reinterpret_cast<unsigned char*>(m.base);
+  ASSERT_TRUE(dev.copy_async(d, in.data(), in.size(), copy_direction::host_to_device, *s).ok());
+  // After the copy on the same stream: bytes [100, 100 + 4000) become 0xab.
+  ASSERT_TRUE(dev.memset_async(d + 100, 0xab, 4000, *s).ok());
+  ASSERT_TRUE(dev.memset_async(d, 0, 0, *s).ok());
+  ASSERT_TRUE(dev.copy_async(out.data(), d, out.size(), copy_direction::device_to_host, *s).ok());
+  ASSERT_TRUE(dev.synchronize_stream(*s).ok());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(out[i], i >= 100 && i < 4100 ? 0xab : in[i]) << "byte " << i;
+  }
+  EXPECT_EQ(dev.memset_async(nullptr, 0, 8, *s).code(), errc::invalid_argument);
+  EXPECT_EQ(dev.memset_async(d, 256, 8, *s).code(), errc::invalid_argument);
+  unsigned char host[8] = {};
+  EXPECT_FALSE(dev.memset_async(host, 0, sizeof host, *s).ok());  // not device memory
+  EXPECT_TRUE(dev.destroy_stream(*s).ok());
+  this->unmap_all(m);
+}
+
 TYPED_TEST(DeviceTest, CapacityIsEnforcedAndARefusedRunChangesNothing) {
   if (!TypeParam::configurable()) GTEST_SKIP() << "needs a device of configurable capacity";
   auto& dev = *this->dev_;

@@ -259,6 +259,13 @@ FAKECUDA_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
       [&] { return drv().memcpy_async(dst, src, ByteCount, hStream); });
 }
 
+FAKECUDA_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char uc, size_t N,
+                                         CUstream hStream) {
+  return call("cuMemsetD8Async", needs::context,
+              args(arg("dst", dst), arg("value", uc), arg("bytes", N), arg("stream", hStream)),
+              [&] { return drv().memset_async(dst, uc, N, hStream); });
+}
+
 FAKECUDA_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
   return call("cuMemHostAlloc", needs::context,
               args(arg("ptr", pp), arg("size", bytesize), arg("flags", Flags)),

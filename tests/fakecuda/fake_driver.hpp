@@ -102,6 +102,9 @@ class fake_driver {
   CUresult event_query(CUevent event);
   CUresult event_synchronize(CUevent event);
   CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+  // Device memory only (the real driver also accepts pinned host memory;
+  // Strata never asks for that).
+  CUresult memset_async(CUdeviceptr dst, unsigned char value, size_t bytes, CUstream stream);
   CUresult launch_host_func(CUstream stream, CUhostFn fn, void* data);
   /// True for the default streams and streams created and not destroyed.
   bool stream_known(CUstream stream);

@@ -164,6 +164,22 @@ CUresult fake_driver::memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t byte
   return to_result(g->sim->copy_async(d, s, bytes, direction, h));
 }
 
+CUresult fake_driver::memset_async(CUdeviceptr dst, unsigned char value, size_t bytes,
+                                   CUstream stream) {
+  strata::stream_handle h;
+  gpu* g = stream_gpu(stream, h);
+  if (g == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (dst == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) return CUDA_SUCCESS;
+  {
+    std::lock_guard lock(mu_);
+    if (reservation_of(static_cast<std::uintptr_t>(dst), bytes) == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return to_result(g->sim->memset_async(reinterpret_cast<void*>(dst), value, bytes, h));
+}
+
 CUresult fake_driver::launch_host_func(CUstream stream, CUhostFn fn, void* data) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   strata::stream_handle h;

@@ -26,7 +26,7 @@ void* fn(F* f) {
   return reinterpret_cast<void*>(f);
 }
 
-const std::array<entry, 46> table{{
+const std::array<entry, 47> table{{
     {"cuInit", fn(&cuInit)},
     {"cuDriverGetVersion", fn(&cuDriverGetVersion)},
     {"cuGetErrorName", fn(&cuGetErrorName)},
@@ -64,6 +64,7 @@ const std::array<entry, 46> table{{
     {"cuEventQuery", fn(&cuEventQuery)},
     {"cuEventSynchronize", fn(&cuEventSynchronize)},
     {"cuMemcpyAsync", fn(&cuMemcpyAsync)},
+    {"cuMemsetD8Async", fn(&cuMemsetD8Async)},
     {"cuMemHostAlloc", fn(&cuMemHostAlloc)},
     {"cuMemFreeHost", fn(&cuMemFreeHost)},
     {"cuMemHostRegister", fn(&cuMemHostRegister)},
