@@ -32,6 +32,7 @@ enum class errc : int {
   device_error = 6,      ///< A device call failed for another reason.
   injected_fault = 7,    ///< A failure injected by the sim device's configuration.
   io_error = 8,          ///< A storage read or write failed, fell short or read back wrong data.
+  comm_error = 9,        ///< A collective failed: ranks disagreed, one failed or timed out.
 };
 
 /// The name of a code, e.g. "out_of_memory". Never null.

@@ -35,7 +35,8 @@ typedef enum strata_status {
   STRATA_ERROR_NO_DEVICE = 5,
   STRATA_ERROR_DEVICE = 6,         /* a device call failed */
   STRATA_ERROR_INJECTED_FAULT = 7, /* sim device fault injection */
-  STRATA_ERROR_IO = 8              /* a storage tier's read or write failed */
+  STRATA_ERROR_IO = 8,             /* a storage tier's read or write failed */
+  STRATA_ERROR_COMM = 9            /* a collective failed on some rank, or timed out */
 } strata_status;
 
 typedef struct strata_allocator strata_allocator;

@@ -1,0 +1,128 @@
+// The `local` communicator: a call queues a host function on the rank's
+// stream that joins the group's slot for the call's sequence number (see
+// local_group.hpp); the stream waits there until every rank has arrived and
+// the collective has run. Calls inside a group are held and queued at the
+// outermost group_end.
+#include <string>
+#include <unordered_set>
+#include <utility>
+
+#include "local_group.hpp"
+#include "strata/communicator.hpp"
+
+namespace strata {
+
+namespace {
+
+struct queued_join {
+  std::shared_ptr<local_group> group;
+  std::uint64_t seq;
+  int rank;
+  collective_call call;
+
+  static void run(void* arg) {
+    std::unique_ptr<queued_join> self(static_cast<queued_join*>(arg));
+    // A failure is the group's: every rank's async_error() reports it.
+    (void)self->group->join(self->seq, self->rank, self->call);
+  }
+};
+
+class local_communicator final : public communicator {
+ public:
+  local_communicator(device& dev, int rank, std::shared_ptr<local_group> group)
+      : communicator(dev, rank, group->ranks()), group_(std::move(group)) {}
+
+ private:
+  status do_collective(const collective_call& call) override {
+    if (group_depth_ > 0) {
+      held_.push_back(call);
+      return {};
+    }
+    return queue(call);
+  }
+
+  status queue(const collective_call& call) {
+    auto job = std::make_unique<queued_join>(queued_join{group_, next_seq_, rank(), call});
+    if (auto s = dev().launch_host_fn(call.stream, &queued_join::run, job.get()); !s) {
+      do_call_failed(call, s);
+      return s;
+    }
+    (void)job.release();  // the host function owns it now
+    ++next_seq_;
+    return {};
+  }
+
+  status do_group_start() override {
+    ++group_depth_;
+    return {};
+  }
+
+  status do_group_end() override {
+    if (group_depth_ == 0) {
+      return {errc::invalid_argument, "group_end without group_start"};
+    }
+    if (--group_depth_ > 0) return {};
+    std::vector<collective_call> calls = std::move(held_);
+    held_.clear();
+    for (const collective_call& call : calls) {
+      if (auto s = queue(call); !s) return s;
+    }
+    return {};
+  }
+
+  status do_register(void* /*ptr*/, std::size_t /*bytes*/) override {
+    return {};  // the host reaches every sim device's memory: nothing to map
+  }
+  status do_deregister(void* /*ptr*/) override { return {}; }
+
+  status do_async_error() const override { return group_->failed(); }
+
+  void do_call_failed(const collective_call& call, const status& why) override {
+    group_->fail({errc::comm_error, "local communicator: rank " + std::to_string(rank()) +
+                                        " failed its " + collective_name(call.kind) +
+                                        " call (collective #" + std::to_string(next_seq_) +
+                                        "): " + why.to_string()});
+  }
+
+  std::shared_ptr<local_group> group_;
+  std::uint64_t next_seq_ = 0;
+  int group_depth_ = 0;
+  std::vector<collective_call> held_;
+};
+
+}  // namespace
+
+result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
+    std::span<device* const> devices, const local_comm_options& options) {
+  if (devices.empty()) {
+    return status{errc::invalid_argument, "local communicator: no devices"};
+  }
+  if (options.timeout.count() <= 0 || options.link_gbps < 0 || options.latency_us < 0) {
+    return status{errc::invalid_argument,
+                  "local communicator: the timeout must be positive and the link rate and "
+                  "latency not negative"};
+  }
+  std::unordered_set<device*> seen;
+  for (device* d : devices) {
+    if (d == nullptr || !seen.insert(d).second) {
+      return status{errc::invalid_argument,
+                    "local communicator: every rank needs its own device (null or repeated)"};
+    }
+    if (!d->memory_is_host()) {
+      return status{errc::not_supported, "local communicator: device " + d->name() +
+                                             " has memory the host cannot reach; the local "
+                                             "communicator runs on sim devices"};
+    }
+  }
+  auto pool = kernel_pool::create(1);
+  if (!pool) return pool.error();
+  auto group =
+      std::make_shared<local_group>(static_cast<int>(devices.size()), options, std::move(*pool));
+  std::vector<std::unique_ptr<communicator>> ranks;
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    ranks.push_back(std::make_unique<local_communicator>(*devices[r], static_cast<int>(r), group));
+  }
+  return ranks;
+}
+
+}  // namespace strata
