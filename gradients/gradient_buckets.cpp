@@ -1,0 +1,335 @@
+// The bucket state machine of a step. Invariants (under mu): pending[b] is
+// the number of bucket b's gradients not yet marked this step; buckets
+// [0, next_launch) have their reductions queued on the communication
+// stream, and pending[b] == 0 for each of them; marked counts ready[].
+//
+// Cost: mark_ready records one event and, when it completes buckets, queues
+// one stream wait per gradient of each and its collective; no device
+// allocation after create (the rebuild allocates once).
+#include "strata/gradient_buckets.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "bucket_plan.hpp"
+
+namespace strata {
+
+struct gradient_buckets::state {
+  communicator& comm;
+  device& dev;
+  stream_handle comm_stream;
+  bucket_options opt;
+  std::vector<gradient_param> params;
+  std::unique_ptr<gradient_buffer> grads;
+  std::vector<bucket> plan;
+  std::vector<std::size_t> bucket_of;  // parameter -> bucket
+  std::vector<std::size_t> pending;    // per bucket
+  std::vector<bool> ready;             // per parameter, this step
+  std::vector<event_handle> ready_events;
+  event_handle comm_done{};
+  std::size_t next_launch = 0;
+  std::size_t marked = 0;
+  std::vector<std::size_t> observed;  // the first synchronized step's ready order
+  // The order exchange queued by the first synchronized finish: rank 0's
+  // order arrives in `exchanged` through `scratch` on the comm stream.
+  bool rebuild_pending = false;
+  std::vector<std::uint32_t> exchanged;
+  std::unique_ptr<gradient_buffer> scratch;
+  status rebuild_error;
+  bool no_sync = false;
+  bool rebuilt = false;
+  std::unique_ptr<kernel_pool> pool;
+  std::unique_ptr<stream_kernels> kernels;
+  std::vector<std::unique_ptr<gradient_buffer>> staging;
+  counters c{};
+  mutable std::mutex mu;
+
+  state(communicator& cm, stream_handle stream, const bucket_options& o,
+        std::span<const gradient_param> ps)
+      : comm(cm), dev(cm.dev()), comm_stream(stream), opt(o), params(ps.begin(), ps.end()) {}
+
+  status replan();
+  status launch(std::size_t b);
+  status launch_ready();
+  status start_rebuild();
+  status finish_rebuild();
+  // Completes a queued rebuild (keeping its error for the next call).
+  status settle();
+  void reset_step();
+};
+
+namespace {
+
+status invalid(const std::string& why) {
+  return {errc::invalid_argument, "gradient buckets: " + why};
+}
+
+}  // namespace
+
+status gradient_buckets::state::replan() {
+  plan = plan_buckets(*grads, opt.first_bucket_bytes, opt.bucket_bytes);
+  bucket_of.assign(params.size(), 0);
+  std::size_t largest = 0;
+  for (std::size_t b = 0; b < plan.size(); ++b) {
+    for (const std::size_t p : plan[b].params) bucket_of[p] = b;
+    largest = std::max(largest, plan[b].payload);
+  }
+  pending.assign(plan.size(), 0);
+  reset_step();
+  staging.clear();
+  c.staging_bytes = 0;
+  if (!opt.gradient_as_bucket_view) {
+    const gradient_param one{largest, dtype::bf16};  // bytes / 2 two-byte elements
+    for (unsigned k = 0; k < opt.buckets_inflight; ++k) {
+      gradient_param flat = one;
+      flat.count = (largest + 1) / 2;
+      auto s = gradient_buffer::create(dev, {&flat, 1});
+      if (!s) return s.error();
+      c.staging_bytes += (*s)->reserved_bytes();
+      staging.push_back(std::move(*s));
+    }
+  }
+  c.buckets = plan.size();
+  c.gradient_bytes = grads->reserved_bytes();
+  return {};
+}
+
+void gradient_buckets::state::reset_step() {
+  for (std::size_t b = 0; b < plan.size(); ++b) pending[b] = plan[b].params.size();
+  ready.assign(params.size(), false);
+  next_launch = 0;
+  marked = 0;
+}
+
+status gradient_buckets::state::launch(std::size_t b) {
+  const bucket& bk = plan[b];
+  for (const std::size_t p : bk.params) {
+    if (auto s = dev.stream_wait_event(comm_stream, ready_events[p]); !s) return s;
+  }
+  const std::size_t size = dtype_size(bk.type);
+  ++c.reductions;
+  if (opt.gradient_as_bucket_view) {
+    void* slice = static_cast<unsigned char*>(grads->data()) + bk.offset;
+    c.bytes_reduced += bk.bytes;
+    return comm.all_reduce(slice, slice, bk.bytes / size, bk.type, opt.op, comm_stream);
+  }
+  // Copy mode: pack, reduce, unpack, in order on the communication stream,
+  // so the staging buffer is reused only after its last unpack.
+  gradient_buffer& flat = *staging[b % staging.size()];
+  std::vector<pack_entry> entries;
+  std::size_t at = 0;
+  for (const std::size_t p : bk.params) {
+    entries.push_back({grads->view(p), grads->bytes_of(p), at});
+    at += grads->bytes_of(p);
+  }
+  if (auto s = kernels->pack(comm_stream, entries.data(), entries.size(), flat.data(), at); !s) {
+    return s;
+  }
+  c.bytes_copied += at;
+  c.bytes_reduced += at;
+  if (auto s = comm.all_reduce(flat.data(), flat.data(), at / size, bk.type, opt.op, comm_stream);
+      !s) {
+    return s;
+  }
+  return kernels->unpack(comm_stream, entries.data(), entries.size(), flat.data(), at);
+}
+
+status gradient_buckets::state::launch_ready() {
+  while (next_launch < plan.size() && pending[next_launch] == 0) {
+    if (auto s = launch(next_launch); !s) return s;
+    ++next_launch;
+  }
+  return {};
+}
+
+// Every rank takes rank 0's ready order (broadcast through a small device
+// buffer), lays the gradients out in it and copies them over. Queued at the
+// first synchronized finish; finished at the next call, once every rank has
+// joined the broadcast.
+status gradient_buckets::state::start_rebuild() {
+  const std::size_t n = params.size();
+  exchanged.resize(n);
+  for (std::size_t i = 0; i < n; ++i) exchanged[i] = static_cast<std::uint32_t>(observed[i]);
+  const gradient_param words{n, dtype::f32};  // 32-bit words: a broadcast moves bits
+  auto buf = gradient_buffer::create(dev, {&words, 1});
+  if (!buf) return buf.error();
+  scratch = std::move(*buf);
+  void* d = scratch->data();
+  const std::size_t bytes = n * sizeof(std::uint32_t);
+  if (auto s =
+          dev.copy_async(d, exchanged.data(), bytes, copy_direction::host_to_device, comm_stream);
+      !s) {
+    return s;
+  }
+  if (auto s = comm.broadcast(d, d, n, dtype::f32, 0, comm_stream); !s) return s;
+  if (auto s =
+          dev.copy_async(exchanged.data(), d, bytes, copy_direction::device_to_host, comm_stream);
+      !s) {
+    return s;
+  }
+  rebuild_pending = true;
+  return {};
+}
+
+status gradient_buckets::state::finish_rebuild() {
+  rebuild_pending = false;
+  if (auto s = dev.synchronize_stream(comm_stream); !s) return s;
+  scratch.reset();
+  if (auto s = comm.async_error(); !s) return s;
+  const std::vector<std::size_t> layout(exchanged.begin(), exchanged.end());
+  auto next = gradient_buffer::create(dev, params, layout);
+  if (!next) {
+    return status{next.code(), "gradient buckets: rank 0's ready order cannot be used: " +
+                                   next.error().message()};
+  }
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    if (auto s = dev.copy_async((*next)->view(p), grads->view(p), grads->bytes_of(p),
+                                copy_direction::device_to_device, comm_stream);
+        !s) {
+      return s;
+    }
+  }
+  if (auto s = dev.synchronize_stream(comm_stream); !s) return s;
+  grads = std::move(*next);
+  ++c.rebuilds;
+  return replan();
+}
+
+status gradient_buckets::state::settle() {
+  if (rebuild_pending) rebuild_error = finish_rebuild();
+  if (rebuild_error.ok()) return {};
+  status e{rebuild_error.code(), rebuild_error.message()};
+  rebuild_error = {};
+  return e;
+}
+
+result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
+    communicator& comm, std::span<const gradient_param> params, stream_handle comm_stream,
+    const bucket_options& options) {
+  if (options.first_bucket_bytes == 0 || options.bucket_bytes == 0) {
+    return invalid("bucket limits must be at least one byte");
+  }
+  if (!options.gradient_as_bucket_view && options.buckets_inflight == 0) {
+    return invalid("buckets_inflight must be at least 1 when buckets are copied");
+  }
+  if (params.size() > UINT32_MAX) return invalid("more than 2^32 parameters");
+  auto s = std::make_unique<state>(comm, comm_stream, options, params);
+  auto grads = gradient_buffer::create(s->dev, params);
+  if (!grads) return grads.error();
+  s->grads = std::move(*grads);
+  auto pool = kernel_pool::create(1);
+  if (!pool) return pool.error();
+  s->pool = std::move(*pool);
+  s->kernels = std::make_unique<stream_kernels>(s->dev, *s->pool);
+  std::unique_ptr<gradient_buckets> g(new gradient_buckets(std::move(s)));
+  state& st = *g->s_;
+  auto done = st.dev.create_event();
+  if (!done) return done.error();
+  st.comm_done = *done;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    auto e = st.dev.create_event();
+    if (!e) return e.error();
+    st.ready_events.push_back(*e);
+  }
+  if (auto r = st.replan(); !r) return r;
+  return g;
+}
+
+gradient_buckets::gradient_buckets(std::unique_ptr<state> s) : s_(std::move(s)) {}
+
+gradient_buckets::~gradient_buckets() {
+  (void)s_->dev.synchronize_stream(s_->comm_stream);
+  for (const event_handle e : s_->ready_events) (void)s_->dev.destroy_event(e);
+  if (s_->comm_done.native != nullptr) (void)s_->dev.destroy_event(s_->comm_done);
+}
+
+void* gradient_buckets::grad(std::size_t p) const {
+  std::lock_guard lock(s_->mu);
+  if (s_->rebuild_pending) s_->rebuild_error = s_->finish_rebuild();
+  return s_->grads->view(p);
+}
+
+const gradient_buffer& gradient_buckets::buffer() const {
+  std::lock_guard lock(s_->mu);
+  if (s_->rebuild_pending) s_->rebuild_error = s_->finish_rebuild();
+  return *s_->grads;
+}
+
+status gradient_buckets::zero(stream_handle stream) {
+  std::lock_guard lock(s_->mu);
+  if (auto s = s_->settle(); !s) return s;
+  if (auto s = s_->dev.stream_wait_event(stream, s_->comm_done); !s) return s;
+  return s_->grads->zero(stream);
+}
+
+status gradient_buckets::mark_ready(std::size_t p, stream_handle producer) {
+  std::lock_guard lock(s_->mu);
+  state& st = *s_;
+  if (auto s = st.settle(); !s) return s;
+  if (p >= st.params.size()) {
+    return invalid("parameter " + std::to_string(p) + " is not one of the " +
+                   std::to_string(st.params.size()));
+  }
+  if (st.ready[p]) return invalid("parameter " + std::to_string(p) + " marked twice in a step");
+  if (!st.no_sync) {
+    if (auto s = st.dev.record_event(st.ready_events[p], producer); !s) return s;
+  }
+  st.ready[p] = true;
+  ++st.marked;
+  if (st.no_sync) return {};
+  if (st.opt.rebuild && st.c.rebuilds == 0) st.observed.push_back(p);
+  --st.pending[st.bucket_of[p]];
+  return st.launch_ready();
+}
+
+status gradient_buckets::finish(stream_handle consumer) {
+  std::lock_guard lock(s_->mu);
+  state& st = *s_;
+  if (auto s = st.settle(); !s) return s;
+  if (st.marked < st.params.size()) {
+    std::string missing;
+    std::size_t listed = 0;
+    for (std::size_t p = 0; p < st.params.size() && listed < 10; ++p) {
+      if (st.ready[p]) continue;
+      missing += (listed++ == 0 ? "" : ", ") + std::to_string(p);
+    }
+    return invalid(std::to_string(st.params.size() - st.marked) +
+                   " parameter(s) never marked ready this step: " + missing +
+                   (st.params.size() - st.marked > listed ? ", ..." : ""));
+  }
+  ++st.c.steps;
+  if (st.no_sync) {
+    st.reset_step();
+    return {};
+  }
+  if (auto s = st.dev.record_event(st.comm_done, st.comm_stream); !s) return s;
+  if (auto s = st.dev.stream_wait_event(consumer, st.comm_done); !s) return s;
+  status queued;
+  if (st.opt.rebuild && st.c.rebuilds == 0) {
+    queued = st.start_rebuild();
+    st.observed.clear();
+  }
+  st.reset_step();
+  return queued;
+}
+
+void gradient_buckets::no_sync(bool on) {
+  std::lock_guard lock(s_->mu);
+  s_->no_sync = on;
+}
+
+gradient_buckets::counters gradient_buckets::stats() const {
+  std::lock_guard lock(s_->mu);
+  return s_->c;
+}
+
+std::vector<std::vector<std::size_t>> gradient_buckets::buckets() const {
+  std::lock_guard lock(s_->mu);
+  if (s_->rebuild_pending) s_->rebuild_error = s_->finish_rebuild();
+  std::vector<std::vector<std::size_t>> out;
+  for (const bucket& b : s_->plan) out.push_back(b.params);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,130 @@
+// Bucketed gradient reduction (docs/gradients.md): the gradients of a
+// model's parameters live in one `gradient_buffer`; consecutive gradients of
+// one dtype form buckets (the first up to `first_bucket_bytes`, the others
+// up to `bucket_bytes`; a larger gradient is a bucket alone); as backward
+// marks gradients ready, each complete bucket is all-reduced on the
+// communication stream, overlapping the rest of backward.
+//
+// A step:
+//   zero(compute)                  once per optimizer step (stream-ordered
+//                                  after the last step's reductions)
+//   ... backward writes grad(p) ..., then for each parameter:
+//   mark_ready(p, producer)        the stream that wrote grad(p); an event
+//                                  is recorded there and the bucket's
+//                                  reduction waits for it, whatever stream
+//                                  it was
+//   finish(consumer)               every parameter marked; `consumer` waits
+//                                  for the reductions (then the optimizer
+//                                  reads the gradients)
+// Buckets are reduced in index order on every rank (a bucket completed early
+// waits for the ones before it), so all ranks issue the same collectives in
+// the same order whatever order their gradients became ready in.
+//
+// After the first step the buckets are rebuilt from the order the gradients
+// became ready in (rank 0's order, broadcast, so every rank builds the same
+// layout); gradients keep their values across the rebuild, their views
+// (`grad(p)`) move. With `no_sync(true)` steps accumulate gradients without
+// reducing (micro-steps of gradient accumulation): mark_ready and finish
+// only check.
+//
+// Two modes: gradient_as_bucket_view (default): the buckets are slices of
+// the gradient buffer, reduced in place, no copy. Otherwise (DDP's default)
+// each bucket is packed into one of `buckets_inflight` staging buffers,
+// reduced there and unpacked (the kernels' pack/unpack), all in order on the
+// communication stream, so a staging buffer is reused only after the
+// reduction that used it has been unpacked.
+//
+// Errors: invalid_argument for an unknown parameter, a parameter marked
+// twice in a step, finish with parameters never marked (listed; the step
+// stays open); the communicator's and the device's errors as they come.
+// Thread safety: every member may be called from any thread; calls are
+// serialized by an internal mutex (autograd hooks may come from several).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "strata/communicator.hpp"
+#include "strata/gradient_buffer.hpp"
+
+namespace strata {
+
+/// Options of `gradient_buckets` (also in STRATA_CONF: docs/configuration.md).
+struct bucket_options {
+  std::size_t first_bucket_bytes = 1ULL << 20;  ///< the first bucket's limit (DDP: 1 MiB)
+  std::size_t bucket_bytes = 25ULL << 20;       ///< later buckets' limit (DDP: 25 MiB)
+  /// Staging buffers of the copy mode (reductions that may be queued with
+  /// their own staging). Ignored with gradient_as_bucket_view.
+  unsigned buckets_inflight = 2;
+  reduce_op op = reduce_op::avg;
+  bool gradient_as_bucket_view = true;
+  /// Rebuild the buckets from the ready order observed in the first step.
+  bool rebuild = true;
+};
+
+class STRATA_API gradient_buckets {
+ public:
+  /// Buckets over the gradients of `params` on `comm`'s device, reduced on
+  /// `comm_stream` (a stream of that device). Every rank must create its
+  /// buckets with the same parameters and options. Errors: invalid_argument
+  /// (the gradient buffer's, zero bucket limits, buckets_inflight of 0 in
+  /// copy mode), out_of_memory.
+  static result<std::unique_ptr<gradient_buckets>> create(communicator& comm,
+                                                          std::span<const gradient_param> params,
+                                                          stream_handle comm_stream,
+                                                          const bucket_options& options = {});
+  gradient_buckets(const gradient_buckets&) = delete;
+  gradient_buckets& operator=(const gradient_buckets&) = delete;
+  gradient_buckets(gradient_buckets&&) = delete;
+  gradient_buckets& operator=(gradient_buckets&&) = delete;
+  /// Waits for the communication stream, then frees the buffers.
+  ~gradient_buckets();
+
+  /// Parameter `p`'s gradient (valid until the next rebuild); nullptr for
+  /// an unknown `p`.
+  [[nodiscard]] void* grad(std::size_t p) const;
+  /// The gradient buffer (its layout changes at a rebuild).
+  [[nodiscard]] const gradient_buffer& buffer() const;
+
+  /// Zeroes every gradient in `stream` order, after the reductions already
+  /// queued.
+  status zero(stream_handle stream);
+  /// Parameter `p`'s gradient is complete once `producer` reaches this
+  /// point.
+  status mark_ready(std::size_t p, stream_handle producer);
+  /// Ends the step: every bucket's reduction is queued; `consumer` waits
+  /// for them. The first synchronized finish also queues the exchange of
+  /// rank 0's ready order; the next call on this object (any member but
+  /// stats and no_sync) completes the rebuild: it waits once for the
+  /// communication stream, so every rank must have called finish by then
+  /// (with one thread driving every rank: finish all ranks first).
+  status finish(stream_handle consumer);
+  /// Gradient accumulation: while on, steps reduce nothing.
+  void no_sync(bool on);
+
+  /// Counters since creation.
+  struct counters {
+    std::uint64_t steps = 0;          ///< finished steps, synchronized or not
+    std::uint64_t reductions = 0;     ///< bucket all-reduces queued
+    std::uint64_t bytes_reduced = 0;  ///< their bytes
+    std::uint64_t bytes_copied = 0;   ///< packed into staging (copy mode)
+    std::uint64_t rebuilds = 0;       ///< 0 or 1
+    std::size_t buckets = 0;          ///< buckets now
+    std::size_t staging_bytes = 0;    ///< device bytes of the staging buffers
+    std::size_t gradient_bytes = 0;   ///< device bytes of the gradient buffer
+  };
+  [[nodiscard]] counters stats() const;
+  /// The buckets now: parameter indices of each, in reduction order.
+  [[nodiscard]] std::vector<std::vector<std::size_t>> buckets() const;
+
+ private:
+  struct state;
+  explicit gradient_buckets(std::unique_ptr<state> s);
+  std::unique_ptr<state> s_;
+};
+
+}  // namespace strata
