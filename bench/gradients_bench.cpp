@@ -125,8 +125,8 @@ outcome run(const settings& st, policy p, double link_gbps) {
   double delay = st.compute_ms / 1e3;
   outcome out;
   std::barrier sync(st.ranks);
-  std::vector<double> started(static_cast<std::size_t>(st.steps + 1));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(st.ranks));
   for (int r = 0; r < st.ranks; ++r) {
     threads.emplace_back([&, r] {
       auto& rs = ranks[static_cast<std::size_t>(r)];

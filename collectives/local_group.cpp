@@ -51,7 +51,7 @@ std::string local_group::mismatch(std::uint64_t seq, const slot& s) const {
 
 double local_group::modeled_seconds(const collective_call& call) const {
   const double n = ranks_;
-  const double bytes = static_cast<double>(call.count * dtype_size(call.type));
+  const auto bytes = static_cast<double>(call.count * dtype_size(call.type));
   double moved = 0;  // bytes each rank sends over its link
   switch (call.kind) {
     case collective::all_reduce:

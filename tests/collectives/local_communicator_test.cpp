@@ -121,8 +121,9 @@ TEST_P(LocalRanks, BroadcastFromTheLastRank) {
   }
   ranks.sync_all();
   for (int r = 0; r < ranks.size(); ++r) {
-    EXPECT_EQ(std::memcmp(buf[static_cast<std::size_t>(r)], data.data(), n * sizeof(float)), 0)
-        << "rank " << r;
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(buf[static_cast<std::size_t>(r)][i]), bits(data[i])) << "rank " << r;
+    }
   }
 }
 
@@ -187,7 +188,8 @@ TEST_P(LocalRanks, RanksOnTheirOwnThreadsRunManyCollectives) {
         }
         (void)ranks.dev(r).synchronize_stream(ranks.stream(r));
         const int k = ranks.size();
-        const float want = static_cast<float>(k * (k - 1) / 2 + k * i);
+        const int total = (k * (k - 1) / 2) + (k * i);  // exact: k (k - 1) is even
+        const auto want = static_cast<float>(total);
         for (std::size_t j = 0; j < n; ++j) {
           if (b[j] != want) ADD_FAILURE() << "rank " << r << " round " << i << ": " << b[j];
         }
@@ -210,8 +212,8 @@ struct write_later {
 
 TEST(LocalCommunicator, ACollectiveRunsAfterTheWorkQueuedBeforeIt) {
   rank_set ranks(2);
-  float* a = ranks.alloc<float>(0, 1);
-  float* b = ranks.alloc<float>(1, 1);
+  auto* a = ranks.alloc<float>(0, 1);
+  auto* b = ranks.alloc<float>(1, 1);
   a[0] = 0;
   b[0] = 2;
   write_later slow{a, 40};  // rank 0's producer: slow, on the same stream
@@ -278,7 +280,7 @@ TEST(LocalCommunicator, ARankThatNeverComesTimesOutWithItsNumber) {
 
 TEST(LocalCommunicator, ARankThatFailsACallReleasesTheOthersAtOnce) {
   rank_set ranks(2);  // the default timeout: a minute
-  float* a = ranks.alloc<float>(0, 4);
+  auto* a = ranks.alloc<float>(0, 4);
   ASSERT_TRUE(ranks.comm(0).broadcast(a, a, 4, dtype::f32, 0, ranks.stream(0)).ok());
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(ranks.comm(1).broadcast(nullptr, nullptr, 4, dtype::f32, 0, ranks.stream(1)).code(),
@@ -315,7 +317,7 @@ TEST(LocalCommunicator, OneThreadDrivesEveryRankInAGroup) {
 
 TEST(LocalCommunicator, BadArgumentsAreRefused) {
   rank_set ranks(2);
-  float* a = ranks.alloc<float>(0, 4);
+  auto* a = ranks.alloc<float>(0, 4);
   auto& c = ranks.comm(0);
   EXPECT_EQ(c.all_reduce(nullptr, a, 4, dtype::f32, reduce_op::sum, ranks.stream(0)).code(),
             errc::invalid_argument);

@@ -110,10 +110,10 @@ struct job {
       }
     }
   }
-  std::vector<std::vector<std::size_t>> reverse_orders() const {
+  [[nodiscard]] std::vector<std::vector<std::size_t>> reverse_orders() const {
     std::vector<std::size_t> rev(params.size());
     std::iota(rev.rbegin(), rev.rend(), 0);
-    return std::vector<std::vector<std::size_t>>(static_cast<std::size_t>(ranks.size()), rev);
+    return {static_cast<std::size_t>(ranks.size()), rev};
   }
 };
 
