@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "exit_on_error.hpp"
 #include "strata/gradient_buckets.hpp"
 #include "strata/option_table.hpp"
 #include "strata/strata.hpp"
@@ -50,20 +51,9 @@ const char* name_of(policy p) {
   return p == policy::one_shot ? "one-shot" : p == policy::ddp ? "ddp" : "strata";
 }
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "gradients_bench: %s\n", what.c_str());
-  std::exit(1);  // NOLINT(concurrency-mt-unsafe): reported once, then the process ends
-}
-
-template <typename T>
-T take(strata::result<T> r, const char* what) {
-  if (!r) die(std::string(what) + ": " + r.error().to_string());
-  return std::move(*r);
-}
-
-void check(const strata::status& s, const char* what) {
-  if (!s) die(std::string(what) + ": " + s.to_string());
-}
+using bench::check;
+using bench::die;
+using bench::take;
 
 void sleep_for(void* arg) {
   std::this_thread::sleep_for(std::chrono::duration<double>(*static_cast<double*>(arg)));

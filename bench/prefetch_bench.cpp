@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "exit_on_error.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/option_table.hpp"
 #include "strata/prefetcher.hpp"
@@ -60,20 +61,9 @@ void sleep_for(void* arg) {
   std::this_thread::sleep_for(std::chrono::duration<double>(*static_cast<double*>(arg)));
 }
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "prefetch_bench: %s\n", what.c_str());
-  std::exit(1);  // NOLINT(concurrency-mt-unsafe): a single-threaded command line
-}
-
-template <typename T>
-T take(strata::result<T> r, const char* what) {
-  if (!r) die(std::string(what) + ": " + r.error().to_string());
-  return std::move(*r);
-}
-
-void check(const strata::status& s, const char* what) {
-  if (!s) die(std::string(what) + ": " + s.to_string());
-}
+using bench::check;
+using bench::die;
+using bench::take;
 
 struct outcome {
   std::vector<double> step_seconds;

@@ -14,6 +14,20 @@ namespace strata {
 
 namespace {
 
+// Runs `work` (the host's own memmove or memset) inside the modeled time of
+// a transfer: the stream is busy `seconds` from the start, or as long as
+// `work` takes if that is longer (first-touch page faults take what they
+// take).
+template <class Work>
+void within_modeled_time(double seconds, const Work& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  if (seconds > 0) {
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::duration<double>(seconds)));
+  }
+}
+
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
 }
@@ -266,15 +280,8 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   if (!s) return s.error();
   if (auto f = count_call(sim_fault::copy, "copy_async"); !f) return f;
   const double seconds = copy_seconds(bytes, direction);
-  // The copy takes the modeled time: the host's own memmove runs inside it
-  // (a slower memmove, e.g. first-touch page faults, takes what it takes).
   (*s)->enqueue([dst, src, bytes, seconds] {
-    const auto start = std::chrono::steady_clock::now();
-    std::memmove(dst, src, bytes);
-    if (seconds > 0) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::duration<double>(seconds)));
-    }
+    within_modeled_time(seconds, [&] { std::memmove(dst, src, bytes); });
   });
   return {};
 }
@@ -287,12 +294,7 @@ status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t b
   // Modeled as a device-to-device copy of the same size.
   const double seconds = copy_seconds(bytes, copy_direction::device_to_device);
   (*s)->enqueue([dst, value, bytes, seconds] {
-    const auto start = std::chrono::steady_clock::now();
-    std::memset(dst, value, bytes);
-    if (seconds > 0) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                std::chrono::duration<double>(seconds)));
-    }
+    within_modeled_time(seconds, [&] { std::memset(dst, value, bytes); });
   });
   return {};
 }
