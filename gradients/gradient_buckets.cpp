@@ -80,10 +80,8 @@ status gradient_buckets::state::replan() {
   staging.clear();
   c.staging_bytes = 0;
   if (!opt.gradient_as_bucket_view) {
-    const gradient_param one{largest, dtype::bf16};  // bytes / 2 two-byte elements
+    const gradient_param flat{(largest + 1) / 2, dtype::bf16};  // `largest` bytes
     for (unsigned k = 0; k < opt.buckets_inflight; ++k) {
-      gradient_param flat = one;
-      flat.count = (largest + 1) / 2;
       auto s = gradient_buffer::create(dev, {&flat, 1});
       if (!s) return s.error();
       c.staging_bytes += (*s)->reserved_bytes();
@@ -155,18 +153,27 @@ status gradient_buckets::state::start_rebuild() {
   auto buf = gradient_buffer::create(dev, {&words, 1});
   if (!buf) return buf.error();
   scratch = std::move(*buf);
+  // A failure after work was queued: the scratch buffer is freed only once
+  // that work is done.
+  const auto abandon = [&](status why) {
+    (void)dev.synchronize_stream(comm_stream);
+    scratch.reset();
+    return why;
+  };
   void* d = scratch->data();
   const std::size_t bytes = n * sizeof(std::uint32_t);
   if (auto s =
           dev.copy_async(d, exchanged.data(), bytes, copy_direction::host_to_device, comm_stream);
       !s) {
-    return s;
+    return abandon(std::move(s));
   }
-  if (auto s = comm.broadcast(d, d, n, dtype::f32, 0, comm_stream); !s) return s;
+  if (auto s = comm.broadcast(d, d, n, dtype::f32, 0, comm_stream); !s) {
+    return abandon(std::move(s));
+  }
   if (auto s =
           dev.copy_async(exchanged.data(), d, bytes, copy_direction::device_to_host, comm_stream);
       !s) {
-    return s;
+    return abandon(std::move(s));
   }
   rebuild_pending = true;
   return {};
@@ -187,6 +194,7 @@ status gradient_buckets::state::finish_rebuild() {
     if (auto s = dev.copy_async((*next)->view(p), grads->view(p), grads->bytes_of(p),
                                 copy_direction::device_to_device, comm_stream);
         !s) {
+      (void)dev.synchronize_stream(comm_stream);  // the copies queued use `next`
       return s;
     }
   }
