@@ -306,6 +306,13 @@ status cuda_device::do_launch_host_fn(stream_handle stream, host_fn fn, void* ar
   return {};
 }
 
+status cuda_device::do_make_current() {
+  if (CUresult r = drv_.ctx_set_current(ctx_); r != CUDA_SUCCESS) {
+    return drv_.error("cuCtxSetCurrent", r);
+  }
+  return {};
+}
+
 status cuda_device::do_synchronize_stream(stream_handle stream) {
   context_scope scope(*this);
   if (CUresult r = drv_.stream_synchronize(native(stream)); r != CUDA_SUCCESS) {

@@ -65,6 +65,7 @@ class cuda_device final : public device {
   status do_synchronize_event(event_handle event) override;
   status do_stream_wait_event(stream_handle stream, event_handle event) override;
   status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) override;
+  status do_make_current() override;
   status do_synchronize_stream(stream_handle stream) override;
   status do_synchronize() override;
   status do_copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,

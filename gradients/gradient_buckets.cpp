@@ -42,6 +42,7 @@ struct gradient_buckets::state {
   std::unique_ptr<kernel_pool> pool;
   std::unique_ptr<stream_kernels> kernels;
   std::vector<std::unique_ptr<gradient_buffer>> staging;
+  std::vector<std::uint64_t> registrations;  // with the communicator
   counters c{};
   mutable std::mutex mu;
 
@@ -50,6 +51,8 @@ struct gradient_buckets::state {
       : comm(cm), dev(cm.dev()), comm_stream(stream), opt(o), params(ps.begin(), ps.end()) {}
 
   status replan();
+  status register_buffers();
+  void deregister_buffers();
   status launch(std::size_t b);
   status launch_ready();
   status start_rebuild();
@@ -68,6 +71,7 @@ status invalid(const std::string& why) {
 }  // namespace
 
 status gradient_buckets::state::replan() {
+  deregister_buffers();  // before the staging buffers they name go
   plan = plan_buckets(*grads, opt.first_bucket_bytes, opt.bucket_bytes);
   bucket_of.assign(params.size(), 0);
   std::size_t largest = 0;
@@ -90,7 +94,26 @@ status gradient_buckets::state::replan() {
   }
   c.buckets = plan.size();
   c.gradient_bytes = grads->reserved_bytes();
+  return register_buffers();
+}
+
+status gradient_buckets::state::register_buffers() {
+  std::vector<const gradient_buffer*> all{grads.get()};
+  for (const auto& s : staging) all.push_back(s.get());
+  for (const gradient_buffer* b : all) {
+    auto h = comm.register_buffer(b->data(), b->bytes());
+    if (!h && h.code() == errc::not_supported) return {};  // an older NCCL: unregistered
+    if (!h) return h.error();
+    registrations.push_back(*h);
+    c.registered_bytes += b->bytes();
+  }
   return {};
+}
+
+void gradient_buckets::state::deregister_buffers() {
+  for (const std::uint64_t h : registrations) (void)comm.deregister_buffer(h);
+  registrations.clear();
+  c.registered_bytes = 0;
 }
 
 void gradient_buckets::state::reset_step() {
@@ -199,6 +222,7 @@ status gradient_buckets::state::finish_rebuild() {
     }
   }
   if (auto s = dev.synchronize_stream(comm_stream); !s) return s;
+  deregister_buffers();
   grads = std::move(*next);
   ++c.rebuilds;
   return replan();
@@ -248,6 +272,7 @@ gradient_buckets::gradient_buckets(std::unique_ptr<state> s) : s_(std::move(s)) 
 
 gradient_buckets::~gradient_buckets() {
   (void)s_->dev.synchronize_stream(s_->comm_stream);
+  s_->deregister_buffers();
   for (const event_handle e : s_->ready_events) (void)s_->dev.destroy_event(e);
   if (s_->comm_done.native != nullptr) (void)s_->dev.destroy_event(s_->comm_done);
 }

@@ -193,6 +193,13 @@ class STRATA_API device {
   /// Blocks until all work queued on `stream` has finished.
   status synchronize_stream(stream_handle stream);
 
+  /// Makes this device the calling thread's current device, for libraries
+  /// that find their device through it (NCCL's ncclCommInitRank, the CUDA
+  /// runtime): on `cuda`, cuCtxSetCurrent of the device's primary context
+  /// (it stays current until the thread sets another); on `sim`, nothing.
+  /// Errors: the driver's.
+  status make_current() { return do_make_current(); }
+
   /// Blocks until all work on every stream of the device has finished.
   status synchronize();
 
@@ -267,6 +274,7 @@ class STRATA_API device {
   virtual status do_stream_wait_event(stream_handle stream, event_handle event) = 0;
   virtual status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) = 0;
   virtual status do_synchronize_stream(stream_handle stream) = 0;
+  virtual status do_make_current() { return {}; }
   virtual status do_synchronize() = 0;
   virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, stream_handle stream) = 0;

@@ -70,9 +70,12 @@ class STRATA_API gradient_buckets {
  public:
   /// Buckets over the gradients of `params` on `comm`'s device, reduced on
   /// `comm_stream` (a stream of that device). Every rank must create its
-  /// buckets with the same parameters and options. Errors: invalid_argument
-  /// (the gradient buffer's, zero bucket limits, buckets_inflight of 0 in
-  /// copy mode), out_of_memory.
+  /// buckets with the same parameters and options. The gradient buffer and
+  /// the staging buffers are registered with `comm` (`register_buffer`,
+  /// ncclCommRegister on `nccl`; skipped when it answers not_supported) and
+  /// deregistered before they are freed. Errors: invalid_argument (the
+  /// gradient buffer's, zero bucket limits, buckets_inflight of 0 in copy
+  /// mode), out_of_memory, the communicator's registration error.
   static result<std::unique_ptr<gradient_buckets>> create(communicator& comm,
                                                           std::span<const gradient_param> params,
                                                           stream_handle comm_stream,
@@ -116,6 +119,10 @@ class STRATA_API gradient_buckets {
     std::size_t buckets = 0;          ///< buckets now
     std::size_t staging_bytes = 0;    ///< device bytes of the staging buffers
     std::size_t gradient_bytes = 0;   ///< device bytes of the gradient buffer
+    /// Bytes registered with the communicator (ncclCommRegister): the
+    /// gradient buffer and the staging buffers; 0 when the communicator
+    /// cannot register (NCCL older than 2.19).
+    std::size_t registered_bytes = 0;
   };
   [[nodiscard]] counters stats() const;
   /// The buckets now: parameter indices of each, in reduction order.

@@ -42,4 +42,9 @@ FAKECUDA_EXPORT unsigned long long fakecuda_live_objects(void) {
   return fakecuda::fake_driver::get().live_objects();
 }
 
+FAKECUDA_EXPORT int fakecuda_backing_allocations(unsigned long long ptr, size_t bytes,
+                                                 int* ordinal) {
+  return fakecuda::fake_driver::get().backing_allocations(ptr, bytes, ordinal);
+}
+
 }  // extern "C"

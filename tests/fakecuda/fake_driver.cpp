@@ -207,4 +207,35 @@ unsigned long long fake_driver::live_objects() {
          modules_.size();
 }
 
+int fake_driver::backing_allocations(std::uintptr_t va, std::size_t bytes, int* ordinal) {
+  if (va == 0 || bytes == 0) return 0;
+  std::lock_guard lock(mu_);
+  // Plain allocations first: one block backs the whole range or none of it.
+  if (auto a = allocations_.upper_bound(va); a != allocations_.begin()) {
+    --a;
+    if (va >= a->first && va + bytes <= a->first + a->second.bytes) {
+      if (ordinal != nullptr) *ordinal = a->second.ordinal;
+      return 1;
+    }
+  }
+  // Mappings: walk them in address order, with no gap between them.
+  auto m = mappings_.upper_bound(va);
+  if (m == mappings_.begin()) return 0;
+  --m;
+  int count = 0;
+  int owner = -1;
+  CUmemGenericAllocationHandle last = 0;
+  for (std::uintptr_t at = va; at < va + bytes; ++m) {
+    if (m == mappings_.end() || m->first > at || m->first + m->second.bytes <= at) return 0;
+    const int gpu_of = handles_.at(m->second.handle).ordinal;
+    if (owner >= 0 && gpu_of != owner) return 0;
+    owner = gpu_of;
+    if (m->second.handle != last) ++count;
+    last = m->second.handle;
+    at = m->first + m->second.bytes;
+  }
+  if (ordinal != nullptr) *ordinal = owner;
+  return count;
+}
+
 }  // namespace fakecuda

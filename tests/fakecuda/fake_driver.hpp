@@ -126,6 +126,10 @@ class fake_driver {
   // --- test controls (fakecuda.h) -----------------------------------------
   int configure(int ordinal, const char* sim_options);
   unsigned long long live_objects();
+  /// The distinct physical allocations (memory handles, cuMemAlloc blocks)
+  /// backing [va, va+bytes), and the GPU that owns them; 0 when any byte
+  /// is not mapped device memory or the range spans two GPUs.
+  int backing_allocations(std::uintptr_t va, std::size_t bytes, int* ordinal);
 
  private:
   struct gpu {

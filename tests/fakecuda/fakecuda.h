@@ -41,6 +41,13 @@ int fakecuda_configure(int ordinal, const char* sim_options);
  * reservations, streams, events, pinned host buffers and registrations. */
 unsigned long long fakecuda_live_objects(void);
 
+/* The distinct physical allocations (cuMemCreate handles, cuMemAlloc
+ * blocks) backing [ptr, ptr + bytes) of device memory, writing the owning
+ * device's ordinal to `ordinal` (may be NULL). 0 when any byte is not mapped
+ * device memory or the range spans two devices. The stand-in NCCL uses it to
+ * enforce NCCL's rules on buffers. */
+int fakecuda_backing_allocations(unsigned long long ptr, size_t bytes, int* ordinal);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 namespace strata {
 namespace {
 
+using testing::comm_kind;
 using testing::rank_set;
 
 constexpr std::uint32_t seed = 1123;
@@ -45,7 +46,7 @@ struct job {
   std::vector<std::unique_ptr<gradient_buckets>> buckets;
   std::vector<gradient_param> params = model_params();
 
-  job(int n, const bucket_options& o) : ranks(n) {
+  job(int n, const bucket_options& o, comm_kind kind = comm_kind::local) : ranks(n, kind) {
     for (int r = 0; r < n; ++r) {
       auto s = ranks.dev(r).create_stream();
       EXPECT_TRUE(s.ok());
@@ -117,14 +118,25 @@ struct job {
   }
 };
 
-class GradientRanks : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class GradientRanks : public ::testing::TestWithParam<std::tuple<int, bool, comm_kind>> {};
 
+// The nccl cases run under ctest over the stand-in driver and NCCL (their
+// names carry "nccl"; ctest's fakenccl.* entries).
 INSTANTIATE_TEST_SUITE_P(RanksAndModes, GradientRanks,
-                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values(2, 4, 8), ::testing::Bool(),
+                                            ::testing::Values(comm_kind::local, comm_kind::nccl)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) ? "views_" : "copies_") +
+                                  testing::kind_name(std::get<2>(info.param));
+                         });
 
 TEST_P(GradientRanks, ReducedGradientsAreTheRankOrderSumAcrossARebuild) {
-  const auto [n, view] = GetParam();
-  job j(n, small_buckets(view));
+  const auto [n, view, kind] = GetParam();
+  if (kind == comm_kind::nccl && !testing::nccl_expected()) {
+    GTEST_SKIP() << "test skipped: the nccl cases run over the stand-in NCCL (ctest fakenccl.*)";
+  }
+  job j(n, small_buckets(view), kind);
   const std::size_t before = j.at(0).buckets().size();
   EXPECT_GT(before, 3U);
   // Step 0: each rank marks in its own shuffled order; the buckets still
@@ -152,6 +164,9 @@ TEST_P(GradientRanks, ReducedGradientsAreTheRankOrderSumAcrossARebuild) {
     j.expect_reduced(s);
   }
   const auto c = j.at(0).stats();
+  if (kind == comm_kind::nccl) {
+    EXPECT_GE(c.registered_bytes, j.at(0).buffer().bytes()) << "ncclCommRegister of the buffer";
+  }
   EXPECT_EQ(c.steps, 3U);
   EXPECT_EQ(c.rebuilds, 1U);
   EXPECT_EQ(c.bytes_copied == 0, view) << "views copy nothing; copy mode packs";
