@@ -29,20 +29,20 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-int nccl_type(dtype t) {
+ncclDataType_t nccl_type(dtype t) {
   switch (t) {
     case dtype::f32:
-      return 7;  // ncclFloat32
+      return ncclFloat32;
     case dtype::f16:
-      return 6;  // ncclFloat16
+      return ncclFloat16;
     case dtype::bf16:
-      return 9;  // ncclBfloat16
+      return ncclBfloat16;
   }
-  return -1;
+  return ncclFloat32;  // unreachable: the base class checked the dtype
 }
 
-int nccl_op(reduce_op op) {
-  return op == reduce_op::avg ? 4 : 0;  // ncclAvg, ncclSum
+ncclRedOp_t nccl_op(reduce_op op) {
+  return op == reduce_op::avg ? ncclAvg : ncclSum;
 }
 
 class nccl_communicator final : public communicator {
@@ -86,10 +86,10 @@ class nccl_communicator final : public communicator {
     if (call.count == 0) return {};  // NCCL: nothing to do
     std::unique_lock lock(call_mu_);
     if (aborted_) return failed();
-    const int type = nccl_type(call.type);
-    const int op = nccl_op(call.op);
-    void* stream = call.stream.native;
-    nccl::result_t r = 0;
+    const ncclDataType_t type = nccl_type(call.type);
+    const ncclRedOp_t op = nccl_op(call.op);
+    auto* stream = static_cast<cudaStream_t>(call.stream.native);
+    nccl::result_t r = ncclSuccess;
     switch (call.kind) {
       case collective::all_reduce:
         r = lib_.all_reduce(call.send, call.recv, call.count, type, op, comm_, stream);
@@ -106,7 +106,7 @@ class nccl_communicator final : public communicator {
     }
     const std::string what = std::string(collective_name(call.kind)) + " #" +
                              std::to_string(next_seq_++) + " on rank " + std::to_string(rank());
-    if (r != 0) {
+    if (r != ncclSuccess) {
       status s = lib_.error(what, r, comm_);
       abort_with(s);
       return s;
@@ -121,7 +121,8 @@ class nccl_communicator final : public communicator {
   status do_group_start() override {
     std::lock_guard lock(call_mu_);
     if (aborted_) return failed();
-    if (nccl::result_t r = lib_.group_start(); r != 0) return lib_.error("group start", r, comm_);
+    if (nccl::result_t r = lib_.group_start(); r != ncclSuccess)
+      return lib_.error("group start", r, comm_);
     ++group_depth_;
     return {};
   }
@@ -130,7 +131,7 @@ class nccl_communicator final : public communicator {
     std::unique_lock lock(call_mu_);
     if (group_depth_ == 0) return {errc::invalid_argument, "group_end without group_start"};
     --group_depth_;
-    if (nccl::result_t r = lib_.group_end(); r != 0) {
+    if (nccl::result_t r = lib_.group_end(); r != ncclSuccess) {
       status s = lib_.error("group end", r, comm_);
       abort_with(s);
       return s;
@@ -152,7 +153,7 @@ class nccl_communicator final : public communicator {
                                        "; buffer registration needs NCCL 2.19 or newer"};
     }
     void* handle = nullptr;
-    if (nccl::result_t r = lib_.comm_register(comm_, ptr, bytes, &handle); r != 0) {
+    if (nccl::result_t r = lib_.comm_register(comm_, ptr, bytes, &handle); r != ncclSuccess) {
       return lib_.error("ncclCommRegister of " + std::to_string(bytes) + " bytes", r, comm_);
     }
     registrations_[ptr] = handle;
@@ -164,7 +165,7 @@ class nccl_communicator final : public communicator {
     auto it = registrations_.find(ptr);
     if (it == registrations_.end()) return {};
     if (!aborted_) {
-      if (nccl::result_t r = lib_.comm_deregister(comm_, it->second); r != 0) {
+      if (nccl::result_t r = lib_.comm_deregister(comm_, it->second); r != ncclSuccess) {
         return lib_.error("ncclCommDeregister", r, comm_);
       }
     }
@@ -238,11 +239,12 @@ class nccl_communicator final : public communicator {
       const watched oldest = pending_.front();
       lock.unlock();
       const yes_no done = dev().query_event(oldest.event);
-      nccl::result_t async = 0;
+      nccl::result_t async = ncclSuccess;
       std::string why;
       {
         std::lock_guard calls(call_mu_);
-        if (!aborted_ && lib_.comm_get_async_error(comm_, &async) == 0 && async != 0) {
+        if (!aborted_ && lib_.comm_get_async_error(comm_, &async) == ncclSuccess &&
+            async != ncclSuccess) {
           why = lib_.error(oldest.what + " (asynchronous error)", async, comm_).message();
         } else if (done.ok() && !done.yes() && clock::now() > oldest.deadline) {
           why = "nccl communicator: " + oldest.what + " did not finish within " +
@@ -295,8 +297,8 @@ class nccl_communicator final : public communicator {
 result<nccl_id> nccl_unique_id(const nccl_options& options) {
   auto lib = nccl::load(options.library);
   if (!lib) return lib.error();
-  nccl::unique_id_t raw{};
-  if (nccl::result_t r = (*lib)->get_unique_id(&raw); r != 0) {
+  ncclUniqueId raw{};
+  if (nccl::result_t r = (*lib)->get_unique_id(&raw); r != ncclSuccess) {
     return (*lib)->error("ncclGetUniqueId", r, nullptr);
   }
   nccl_id id;
@@ -322,10 +324,10 @@ result<std::unique_ptr<communicator>> create_nccl_communicator(device& dev, int 
   auto lib = nccl::load(options.library);
   if (!lib) return lib.error();
   if (auto s = dev.make_current(); !s) return s;
-  nccl::unique_id_t raw{};
+  ncclUniqueId raw{};
   std::copy(id.bytes.begin(), id.bytes.end(), std::begin(raw.internal));
   nccl::comm_t comm = nullptr;
-  if (nccl::result_t r = (*lib)->comm_init_rank(&comm, size, raw, rank); r != 0) {
+  if (nccl::result_t r = (*lib)->comm_init_rank(&comm, size, raw, rank); r != ncclSuccess) {
     return (*lib)->error(
         "ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")", r,
         nullptr);

@@ -18,7 +18,7 @@ struct opened {
 
 status resolve(const shared_library& so, library& t) {
   const auto need = [&](const char* name, auto& fn) { return so.find(name, fn); };
-  int (*get_version)(int*) = nullptr;
+  ncclResult_t (*get_version)(int*) = nullptr;
   const bool all =
       need("ncclGetVersion", get_version) && need("ncclGetUniqueId", t.get_unique_id) &&
       need("ncclCommInitRank", t.comm_init_rank) && need("ncclCommDestroy", t.comm_destroy) &&
@@ -34,7 +34,7 @@ status resolve(const shared_library& so, library& t) {
                 " lacks a function Strata needs (ncclGetVersion, ncclCommInitRank, the "
                 "collectives, groups or error calls): not an NCCL 2 library"};
   }
-  if (get_version(&t.version) != 0) {
+  if (get_version(&t.version) != ncclSuccess) {
     return {errc::not_supported, t.file + ": ncclGetVersion failed"};
   }
   if (t.version < min_version) {
