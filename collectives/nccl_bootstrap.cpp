@@ -107,11 +107,13 @@ result<std::vector<std::unique_ptr<communicator>>> create_nccl_communicators(
   if (!id) return id.error();
   const int n = static_cast<int>(devices.size());
   std::vector<result<std::unique_ptr<communicator>>> made;
+  made.reserve(devices.size());
   for (int r = 0; r < n; ++r) {
     made.emplace_back(status{errc::comm_error, "nccl communicator: rank not initialised"});
   }
   {
     std::vector<std::jthread> threads;
+    threads.reserve(devices.size());
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         made[static_cast<std::size_t>(r)] =
@@ -120,6 +122,7 @@ result<std::vector<std::unique_ptr<communicator>>> create_nccl_communicators(
     }
   }
   std::vector<std::unique_ptr<communicator>> ranks;
+  ranks.reserve(made.size());
   for (auto& m : made) {
     if (!m) return m.error();
     ranks.push_back(std::move(*m));

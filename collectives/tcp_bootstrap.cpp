@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -93,7 +94,7 @@ status serve_bootstrap_id(const std::string& addr, int port, int world_size, con
       listener = std::move(fd);
       break;
     }
-    why = std::strerror(errno);
+    why = std::system_category().message(errno);
   }
   ::freeaddrinfo(*list);
   if (listener.get() < 0) {
@@ -106,10 +107,15 @@ status serve_bootstrap_id(const std::string& addr, int port, int world_size, con
     if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) {
       std::string missing;
       for (int r = 1; r < world_size; ++r) {
-        if (!served[static_cast<std::size_t>(r)]) missing += " " + std::to_string(r);
+        if (!served[static_cast<std::size_t>(r)]) {
+          missing += ' ';
+          missing += std::to_string(r);
+        }
       }
+      // An error message, once. NOLINTBEGIN(performance-inefficient-string-concatenation)
       return failure("rank 0 waited " + std::to_string(timeout.count()) + " ms at " + addr + ":" +
                      std::to_string(port) + "; rank(s)" + missing + " never connected");
+      // NOLINTEND(performance-inefficient-string-concatenation)
     }
     socket_fd peer(::accept(listener.get(), nullptr, nullptr));
     if (peer.get() < 0) continue;
@@ -147,7 +153,7 @@ result<bootstrap_id> fetch_bootstrap_id(const std::string& addr, int port, int r
       if (s.get() >= 0 && ::connect(s.get(), a->ai_addr, a->ai_addrlen) == 0) {
         fd = std::move(s);
       } else {
-        why = std::strerror(errno);
+        why = std::system_category().message(errno);
       }
     }
     ::freeaddrinfo(*list);

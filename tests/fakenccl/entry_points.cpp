@@ -4,6 +4,8 @@
 // that hold `count` elements, group nesting, registrations of one physical
 // allocation: NCCL #1820) before it acts; a failure injected with
 // fakenccl_fail_call comes first.
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -58,7 +60,7 @@ ncclResult_t injected_result(const char* name, int rank) {
 bool live(ncclComm* comm) {
   state& s = global();
   std::lock_guard lock(s.mu);
-  return comm != nullptr && s.comms.count(comm) != 0;
+  return comm != nullptr && s.comms.contains(comm);
 }
 
 // A device buffer of the communicator's GPU holding `bytes`.
@@ -157,9 +159,13 @@ FAKENCCL_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
 }
 
 FAKENCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
-  thread_local std::string text;
-  text = last_error(comm);
-  return text.c_str();
+  // Valid until this thread's next call, as NCCL's.
+  thread_local std::array<char, 1024> text{};
+  const std::string last = last_error(comm);
+  const std::size_t n = std::min(last.size(), text.size() - 1);
+  std::memcpy(text.data(), last.data(), n);
+  text[n] = '\0';
+  return text.data();
 }
 
 FAKENCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -175,27 +181,27 @@ FAKENCCL_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId id,
+FAKENCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                               int rank) {
-  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
     return fail(nullptr, ncclInvalidArgument, "ncclCommInitRank: bad comm, nranks or rank");
   }
   if (auto r = injected_result("ncclCommInitRank", rank); r != ncclSuccess) {
     return fail(nullptr, r, "ncclCommInitRank: injected failure");
   }
-  auto comm = std::make_unique<ncclComm>();
-  comm->rank = rank;
-  comm->nranks = nranks;
+  auto made = std::make_unique<ncclComm>();
+  made->rank = rank;
+  made->nranks = nranks;
   CUdevice dev = 0;
-  if (cuCtxGetCurrent(&comm->ctx) != CUDA_SUCCESS || comm->ctx == nullptr ||
+  if (cuCtxGetCurrent(&made->ctx) != CUDA_SUCCESS || made->ctx == nullptr ||
       cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
     return fail(nullptr, ncclUnhandledCudaError, "ncclCommInitRank: no current CUDA device");
   }
-  comm->ordinal = static_cast<int>(dev);
-  if (auto r = join(comm.get(), id); r != ncclSuccess) return r;
+  made->ordinal = static_cast<int>(dev);
+  if (auto r = join(made.get(), commId); r != ncclSuccess) return r;
   std::lock_guard lock(global().mu);
-  global().comms.insert(comm.get());
-  *out = comm.release();
+  global().comms.insert(made.get());
+  *comm = made.release();
   return ncclSuccess;
 }
 
@@ -229,13 +235,13 @@ FAKENCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t
   return ncclSuccess;
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+FAKENCCL_EXPORT ncclResult_t ncclCommCount(ncclComm_t comm, int* count) {
   if (!live(comm) || count == nullptr) return ncclInvalidArgument;
   *count = comm->nranks;
   return ncclSuccess;
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+FAKENCCL_EXPORT ncclResult_t ncclCommUserRank(ncclComm_t comm, int* rank) {
   if (!live(comm) || rank == nullptr) return ncclInvalidArgument;
   *rank = comm->rank;
   return ncclSuccess;
@@ -248,18 +254,19 @@ FAKENCCL_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t 
   return collective("ncclAllReduce", comm, c, count, count);
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count,
-                                               ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
+FAKENCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff,
+                                               size_t recvcount, ncclDataType_t datatype,
+                                               ncclRedOp_t op, ncclComm_t comm,
                                                cudaStream_t stream) {
-  const call c{kind::reduce_scatter, send, recv, recv_count, type, op, 0, stream};
-  return collective("ncclReduceScatter", comm, c, times_ranks(comm, recv_count), recv_count);
+  const call c{kind::reduce_scatter, sendbuff, recvbuff, recvcount, datatype, op, 0, stream};
+  return collective("ncclReduceScatter", comm, c, times_ranks(comm, recvcount), recvcount);
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count,
-                                           ncclDataType_t type, ncclComm_t comm,
+FAKENCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                           ncclDataType_t datatype, ncclComm_t comm,
                                            cudaStream_t stream) {
-  const call c{kind::all_gather, send, recv, send_count, type, ncclSum, 0, stream};
-  return collective("ncclAllGather", comm, c, send_count, times_ranks(comm, send_count));
+  const call c{kind::all_gather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream};
+  return collective("ncclAllGather", comm, c, sendcount, times_ranks(comm, sendcount));
 }
 
 FAKENCCL_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count,
@@ -288,7 +295,7 @@ FAKENCCL_EXPORT ncclResult_t ncclGroupEnd() {
   return result;
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+FAKENCCL_EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void* buff, size_t size,
                                               void** handle) {
   if (!live(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommRegister: no such comm");
   if (auto r = injected_result("ncclCommRegister", comm->rank); r != ncclSuccess) {
@@ -318,7 +325,7 @@ FAKENCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff,
   return ncclSuccess;
 }
 
-FAKENCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+FAKENCCL_EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void* handle) {
   if (!live(comm)) return fail(nullptr, ncclInvalidArgument, "ncclCommDeregister: no such comm");
   std::lock_guard lock(global().mu);
   auto it = comm->registrations.find(handle);
