@@ -278,7 +278,8 @@ TEST(Nccl, TorchrunBootstrapExchangesTheIdOverTcp) {
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(made[static_cast<std::size_t>(r)].ok())
         << made[static_cast<std::size_t>(r)].error().to_string();
-    buf.push_back(static_cast<float*>(allocs[static_cast<std::size_t>(r)]->malloc(16 * sizeof(float))));
+    buf.push_back(
+        static_cast<float*>(allocs[static_cast<std::size_t>(r)]->malloc(16 * sizeof(float))));
     std::fill_n(buf.back(), 16, static_cast<float>(r + 1));
   }
   for (int r = 0; r < 4; ++r) {
