@@ -1,12 +1,8 @@
 // Making `nccl` communicators from torchrun's environment (the id served
-// over TCP by rank 0, tcp_bootstrap.hpp) and for every device of this
-// process (one thread per rank, since each rank's ncclCommInitRank blocks
-// until all have joined).
+// over TCP by rank 0, tcp_bootstrap.hpp).
 #include <cerrno>
 #include <cstdlib>
 #include <string>
-#include <thread>
-#include <unordered_set>
 
 #include "strata/nccl.hpp"
 #include "tcp_bootstrap.hpp"
@@ -91,43 +87,6 @@ result<std::unique_ptr<communicator>> create_nccl_communicator(device& dev, cons
     id.bytes = *fetched;
   }
   return create_nccl_communicator(dev, env.rank, env.world_size, id, options);
-}
-
-result<std::vector<std::unique_ptr<communicator>>> create_nccl_communicators(
-    std::span<device* const> devices, const nccl_options& options) {
-  if (devices.empty()) return status{errc::invalid_argument, "nccl communicator: no devices"};
-  std::unordered_set<device*> seen;
-  for (device* d : devices) {
-    if (d == nullptr || !seen.insert(d).second) {
-      return status{errc::invalid_argument,
-                    "nccl communicator: every rank needs its own device (null or repeated)"};
-    }
-  }
-  auto id = nccl_unique_id(options);
-  if (!id) return id.error();
-  const int n = static_cast<int>(devices.size());
-  std::vector<result<std::unique_ptr<communicator>>> made;
-  made.reserve(devices.size());
-  for (int r = 0; r < n; ++r) {
-    made.emplace_back(status{errc::comm_error, "nccl communicator: rank not initialised"});
-  }
-  {
-    std::vector<std::jthread> threads;
-    threads.reserve(devices.size());
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        made[static_cast<std::size_t>(r)] =
-            create_nccl_communicator(*devices[static_cast<std::size_t>(r)], r, n, *id, options);
-      });
-    }
-  }
-  std::vector<std::unique_ptr<communicator>> ranks;
-  ranks.reserve(made.size());
-  for (auto& m : made) {
-    if (!m) return m.error();
-    ranks.push_back(std::move(*m));
-  }
-  return ranks;
 }
 
 }  // namespace strata

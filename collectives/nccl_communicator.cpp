@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "nccl_library.hpp"
@@ -306,6 +307,22 @@ result<nccl_id> nccl_unique_id(const nccl_options& options) {
   return id;
 }
 
+namespace {
+
+status check_rank(const device& dev, const nccl_options& options) {
+  if (options.timeout.count() <= 0 || options.bootstrap_timeout.count() <= 0) {
+    return {errc::invalid_argument, "nccl communicator: the timeouts must be positive"};
+  }
+  if (dev.memory_is_host()) {
+    return {errc::invalid_argument, "nccl communicator: " + dev.name() +
+                                        " is not a cuda device (use the local communicator for "
+                                        "sim devices)"};
+  }
+  return {};
+}
+
+}  // namespace
+
 result<std::unique_ptr<communicator>> create_nccl_communicator(device& dev, int rank, int size,
                                                                const nccl_id& id,
                                                                const nccl_options& options) {
@@ -313,14 +330,7 @@ result<std::unique_ptr<communicator>> create_nccl_communicator(device& dev, int 
     return status{errc::invalid_argument, "nccl communicator: rank " + std::to_string(rank) +
                                               " is not in [0, " + std::to_string(size) + ")"};
   }
-  if (options.timeout.count() <= 0 || options.bootstrap_timeout.count() <= 0) {
-    return status{errc::invalid_argument, "nccl communicator: the timeouts must be positive"};
-  }
-  if (dev.memory_is_host()) {
-    return status{errc::invalid_argument, "nccl communicator: " + dev.name() +
-                                              " is not a cuda device (use the local "
-                                              "communicator for sim devices)"};
-  }
+  if (auto s = check_rank(dev, options); !s) return s;
   auto lib = nccl::load(options.library);
   if (!lib) return lib.error();
   if (auto s = dev.make_current(); !s) return s;
@@ -334,6 +344,46 @@ result<std::unique_ptr<communicator>> create_nccl_communicator(device& dev, int 
   }
   return std::unique_ptr<communicator>(
       std::make_unique<nccl_communicator>(dev, rank, size, **lib, comm, options.timeout));
+}
+
+result<std::vector<std::unique_ptr<communicator>>> create_nccl_communicators(
+    std::span<device* const> devices, const nccl_options& options) {
+  if (devices.empty()) return status{errc::invalid_argument, "nccl communicator: no devices"};
+  std::unordered_set<device*> seen;
+  for (device* d : devices) {
+    if (d == nullptr || !seen.insert(d).second) {
+      return status{errc::invalid_argument,
+                    "nccl communicator: every rank needs its own device (null or repeated)"};
+    }
+    // Checked before any rank starts: one that fails after the others have
+    // entered ncclCommInitRank would leave them waiting for it.
+    if (auto s = check_rank(*d, options); !s) return s;
+  }
+  auto id = nccl_unique_id(options);
+  if (!id) return id.error();
+  const int n = static_cast<int>(devices.size());
+  std::vector<result<std::unique_ptr<communicator>>> made;
+  made.reserve(devices.size());
+  for (int r = 0; r < n; ++r) {
+    made.emplace_back(status{errc::comm_error, "nccl communicator: rank not initialised"});
+  }
+  {
+    std::vector<std::jthread> threads;
+    threads.reserve(devices.size());
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        made[static_cast<std::size_t>(r)] =
+            create_nccl_communicator(*devices[static_cast<std::size_t>(r)], r, n, *id, options);
+      });
+    }
+  }
+  std::vector<std::unique_ptr<communicator>> ranks;
+  ranks.reserve(made.size());
+  for (auto& m : made) {
+    if (!m) return m.error();
+    ranks.push_back(std::move(*m));
+  }
+  return ranks;
 }
 
 }  // namespace strata

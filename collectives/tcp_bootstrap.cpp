@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -119,8 +120,11 @@ status serve_bootstrap_id(const std::string& addr, int port, int world_size, con
     }
     socket_fd peer(::accept(listener.get(), nullptr, nullptr));
     if (peer.get() < 0) continue;
+    // A peer gets a few seconds to speak: a stray connection that says
+    // nothing must not hold up the ranks behind it.
+    const auto peer_deadline = std::min(deadline, clock::now() + std::chrono::seconds(5));
     std::uint32_t hello[4] = {};
-    if (!transfer(peer.get(), hello, sizeof hello, false, deadline) || hello[0] != magic ||
+    if (!transfer(peer.get(), hello, sizeof hello, false, peer_deadline) || hello[0] != magic ||
         hello[1] != protocol) {
       continue;  // not one of ours (a port scanner, another job): ignore it
     }
@@ -131,9 +135,11 @@ status serve_bootstrap_id(const std::string& addr, int port, int world_size, con
     } else if (rank <= 0 || rank >= world_size || served[static_cast<std::size_t>(rank)]) {
       answer[1] = 2;
     }
-    if (!transfer(peer.get(), answer, sizeof answer, true, deadline)) continue;
+    if (!transfer(peer.get(), answer, sizeof answer, true, peer_deadline)) continue;
     if (answer[1] != 0) continue;
-    if (!transfer(peer.get(), const_cast<char*>(id.data()), id.size(), true, deadline)) continue;
+    if (!transfer(peer.get(), const_cast<char*>(id.data()), id.size(), true, peer_deadline)) {
+      continue;
+    }
     served[static_cast<std::size_t>(rank)] = true;
     --left;
   }

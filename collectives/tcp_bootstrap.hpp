@@ -7,6 +7,9 @@
 // a nonzero reason (1: another world size, 2: a rank out of range or seen
 // twice), then, when accepted, the id (128 bytes).
 //
+// Rank 0 gives a connection 5 s to say hello and take the id, then drops
+// it (a stray connection cannot stall the others).
+//
 // Cost: one connection per rank, once. Blocking sockets with poll timeouts;
 // nothing here runs after the communicator exists.
 #pragma once

@@ -290,7 +290,12 @@ FAKENCCL_EXPORT ncclResult_t ncclGroupEnd() {
   calls.swap(group.calls);
   ncclResult_t result = ncclSuccess;
   for (auto& [comm, c] : calls) {
-    if (auto r = enqueue(comm, c); r != ncclSuccess && result == ncclSuccess) result = r;
+    // A communicator aborted or destroyed inside the group has gone: its
+    // held calls are dropped, and the group end says so.
+    const ncclResult_t r = live(comm) ? enqueue(comm, c)
+                                      : fail(nullptr, ncclInvalidArgument,
+                                             "ncclGroupEnd: a communicator of the group is gone");
+    if (r != ncclSuccess && result == ncclSuccess) result = r;
   }
   return result;
 }
