@@ -150,7 +150,8 @@ const std::array<spec, 23> table{{
      [](allocator_options& o) -> option_field { return &o.offload.prefetch_inflight; }},
     {bytes("host_lookahead", 0, no_max,
            "prefetcher: how far ahead, in bytes of upcoming acquires, buffers on NVMe are read "
-           "into pinned host memory"),
+           "into pinned host memory; also the host room (at most `host_capacity`) the "
+           "residency manager's write-behind keeps makeable without a write"),
      [](allocator_options& o) -> option_field { return &o.offload.host_lookahead; }},
     {bytes("device_lookahead", 0, no_max,
            "prefetcher: how far ahead, in bytes of upcoming acquires, buffers are copied to the "

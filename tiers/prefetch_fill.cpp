@@ -167,7 +167,9 @@ result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
 void residency_manager::reader_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    reads_queued_.wait(lock, [&] { return stopping_ || !reads_.empty(); });
+    std::uint64_t write = 0;
+    reads_queued_.wait(
+        lock, [&] { return stopping_ || !reads_.empty() || (write = writeback_candidate()) != 0; });
     if (stopping_) {
       // The manager is going: the queued reads never run; their buffers
       // stay on NVMe and drop() frees the host memory they hold.
@@ -178,6 +180,10 @@ void residency_manager::reader_loop() {
       reads_.clear();
       reads_done_.notify_all();
       return;
+    }
+    if (reads_.empty()) {
+      write_behind(lock, write);
+      continue;
     }
     const read_job job = reads_.front();
     reads_.pop_front();

@@ -66,6 +66,18 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
     const std::size_t chunk =
         std::min<std::size_t>(std::size_t{4} << 20, options.host_capacity / 4);
     m->staging_chunk_ = std::max(block, chunk / block * block);
+    // Write-behind keeps the room the read-ahead needs makeable without a
+    // write (at most the whole host tier); off without a host capacity.
+    m->host_capacity_ = options.host_capacity;
+    m->writeback_room_ = std::min(options.host_lookahead, options.host_capacity);
+    m->nvme_capacity_ = options.nvme_capacity;
+    m->bounce_bytes_ =
+        std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);
+    m->bounce_.reset(static_cast<unsigned char*>(std::aligned_alloc(block, m->bounce_bytes_)));
+    if (!m->bounce_) {
+      return status{errc::out_of_memory,
+                    "residency manager: no host memory for the write-behind's bounce chunk"};
+    }
   }
   m->handler_ =
       alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
@@ -120,6 +132,13 @@ std::uint64_t& residency_manager::tier_bytes(tier t) {
 
 void residency_manager::moved(buffer& b, tier to, std::uint64_t& count, bool copied) {
   ++count;
+  // Write-behind (write_behind.cpp): a buffer leaving the host is not the
+  // bytes a write-behind under way copies; one arriving may need one.
+  if (b.where == tier::host) b.write_stale = true;
+  if (to == tier::host) {
+    b.no_writeback = false;
+    reads_queued_.notify_one();
+  }
   if (!copied) {  // a clean spill: the host copy was there already
     tier_bytes(b.where) -= b.bytes;
     tier_bytes(to) += b.bytes;
@@ -513,7 +532,8 @@ status residency_manager::unregister(std::uint64_t handle) {
             "residency manager: buffer " + std::to_string(handle) + " is still acquired"};
   }
   // A prefetch read into its host memory finishes first (the reader hands
-  // it back to this buffer).
+  // it back to this buffer). A write-behind of it is abandoned at its next
+  // part (write_behind.cpp).
   if (it->second.reading) reads_done_.wait(lock, [&] { return !it->second.reading; });
   drop(it->second);
   buffers_.erase(it);
@@ -579,7 +599,10 @@ stat_map residency_manager::to_map(const counters& c) {
           {"prefetched_bytes", v(c.prefetched_bytes)},
           {"clean_spills", v(c.clean_spills)},
           {"shadow_bytes", v(c.shadow_bytes)},
-          {"nvme_kept_bytes", v(c.nvme_kept_bytes)}};
+          {"nvme_kept_bytes", v(c.nvme_kept_bytes)},
+          {"writebacks", v(c.writebacks)},
+          {"writeback_bytes", v(c.writeback_bytes)},
+          {"writebacks_dropped", v(c.writebacks_dropped)}};
 }
 
 }  // namespace strata

@@ -41,6 +41,13 @@
 // fill is given back once its event is done (checked at every call, waited
 // for when host memory is short).
 //
+// Write-behind: with a host capacity and an NVMe tier, while the host tier
+// could not make `host_lookahead` bytes of room (at most its capacity)
+// without a write, the I/O thread writes host buffers that have no NVMe
+// copy to NVMe in the background (farthest next use first, when no read is
+// queued) and keeps the extent, so pushing them off the host later is a
+// free, not a write on the thread that needs the room (write_behind.cpp).
+//
 // Prefetch (prefetch()): a fill started ahead of the acquire, never waited
 // for on the calling thread. A fetch is a pipeline of stages, each ordered
 // after the one before: NVMe -> pinned host memory (a read on the manager's
@@ -55,13 +62,15 @@
 //
 // Thread safety: every member may be called concurrently; one recursive
 // mutex serializes them (the pressure handler may re-enter from an
-// allocation the manager itself makes). The reader thread takes the same
-// mutex only to hand a finished read back.
+// allocation the manager itself makes). The I/O thread takes the same
+// mutex only to take a job, to hand a finished read back, and to copy each
+// part of a write-behind.
 #pragma once
 
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -219,6 +228,12 @@ class STRATA_API residency_manager {
     std::uint64_t clean_spills = 0;
     std::uint64_t shadow_bytes = 0;     ///< host copies kept for unwritten device buffers
     std::uint64_t nvme_kept_bytes = 0;  ///< NVMe extents kept for unwritten buffers above
+    std::uint64_t writebacks = 0;       ///< host buffers given an NVMe copy in the background
+    std::uint64_t writeback_bytes = 0;  ///< their bytes (written to NVMe)
+    /// Write-behinds whose extent was dropped: the write failed (the buffer
+    /// stays on the host, not tried again until it moves there anew), or
+    /// the buffer was written or spilled while it ran.
+    std::uint64_t writebacks_dropped = 0;
   };
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
@@ -249,6 +264,10 @@ class STRATA_API residency_manager {
     bool prefetched = false;     // headed for the device by prefetch(), not acquired
     std::uint64_t next_use = 0;  // the prefetch's, for making device room
     status read_failure{};       // a prefetch read's error, for the next acquire
+    // Write-behind (write_behind.cpp): set when the buffer leaves the host,
+    // so a write-behind under way knows its copy is no longer the buffer's.
+    bool write_stale = false;
+    bool no_writeback = false;  // a write-behind failed: not tried until it is spilled anew
   };
   struct read_job {
     std::uint64_t handle;
@@ -303,7 +322,15 @@ class STRATA_API residency_manager {
   // Gives back what a streamed job holds (after a failure or at shutdown).
   void free_streamed(const read_job& job);
   result<prefetch_outcome> start_device_copy(buffer& b);
+  // The I/O thread: reads first, then write-behinds.
   void reader_loop();
+  // The handle of the host buffer to write behind now, or 0 (none, or the
+  // host tier has room enough). Needs mu_.
+  std::uint64_t writeback_candidate();
+  // Gives `handle`'s host copy an NVMe extent in parts through bounce_, the
+  // mutex released during each part's I/O; kept if the buffer stayed on
+  // the host, abandoned otherwise.
+  void write_behind(std::unique_lock<std::recursive_mutex>& lock, std::uint64_t handle);
   void finish_read(const read_job& job, status read);
   // Waits (releasing the mutex) until `b`'s read is in; counts the wait.
   void wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
@@ -337,10 +364,16 @@ class STRATA_API residency_manager {
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;
-  stream_handle spill_stream_{};    // device-to-host copies, waited for
-  stream_handle fill_stream_{};     // host-to-device copies, stream-ordered
-  event_handle copy_done_{};        // a spill's copy
-  std::size_t staging_chunk_ = 0;   // bytes per staging chunk (block multiple)
+  stream_handle spill_stream_{};      // device-to-host copies, waited for
+  stream_handle fill_stream_{};       // host-to-device copies, stream-ordered
+  event_handle copy_done_{};          // a spill's copy
+  std::size_t staging_chunk_ = 0;     // bytes per staging chunk (block multiple)
+  std::uint64_t host_capacity_ = 0;   // the host tier's, 0: no limit
+  std::uint64_t writeback_room_ = 0;  // host room write-behind keeps makeable; 0: off
+  std::uint64_t nvme_capacity_ = 0;   // the NVMe tier's, 0: until the disk is full
+  // The write-behind's bounce chunk (block-aligned, outside the host tier).
+  std::unique_ptr<unsigned char, void (*)(void*)> bounce_{nullptr, std::free};
+  std::size_t bounce_bytes_ = 0;
   event_handle staging_done_[2]{};  // the copy of each staging chunk
   stream_handle reader_stream_{};   // the reader's streamed prefetches
   event_handle reader_done_[2]{};   // their chunks' copies
@@ -357,7 +390,7 @@ class STRATA_API residency_manager {
   std::uint64_t stats_source_ = 0;
   // The reader thread (started with the NVMe tier) and its queue.
   std::deque<read_job> reads_;
-  std::condition_variable_any reads_queued_;  // the reader waits for jobs
+  std::condition_variable_any reads_queued_;  // the reader waits for jobs (and write-behinds)
   std::condition_variable_any reads_done_;    // acquires wait for a read
   bool stopping_ = false;
   std::thread reader_;

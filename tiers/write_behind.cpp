@@ -1,0 +1,115 @@
+// Write-behind (residency.hpp): while the host tier is short of room, the
+// I/O thread gives host buffers that have no NVMe copy one in the
+// background and keeps the extent, as a read keeps the extent it came from
+// (clean_copies.cpp). Pushing such a buffer off the host is then a free,
+// not an O_DIRECT write and its read-back on the thread that needs the
+// room (a prefetch making room for its read, an acquire, a device spill).
+//
+// When: only with a host capacity and an NVMe tier, and only while the host
+// tier could not make `writeback_room_` bytes of room (host_lookahead, at
+// most the capacity) without a write: free room, plus shadows, plus host
+// buffers with a kept extent. With an NVMe capacity, only while the store
+// keeps room for the write plus `writeback_room_` (spills that must write
+// are never short of space because of a write-behind). Reads go first: a
+// write-behind starts only when no read is queued. Candidates in eviction
+// order: the oracle's farthest next use, else the least recently released.
+//
+// How: in parts of bounce_bytes_. Under the mutex, a part of the buffer's
+// host copy is copied to the bounce chunk; the mutex is released for the
+// part's I/O. So the I/O thread never reads a buffer's memory without the
+// mutex, and nothing waits for a write-behind: a buffer that leaves the
+// host meanwhile (filled, spilled, unregistered) sets write_stale (or is
+// gone), and the write is abandoned at its next part or dropped at its end
+// (as it is when the manager is being destroyed).
+//
+// Cost: one memcpy of each part under the mutex (bounce_bytes_, at most
+// 1 MiB: tens of microseconds), the I/O thread's time and disk bandwidth
+// while the host tier is short; nothing on the acquire/release path.
+#include <cstring>
+
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+std::uint64_t residency_manager::writeback_candidate() {
+  if (writeback_room_ == 0) return 0;
+  const std::uint64_t in_use = host_->stats().in_use_bytes;
+  std::uint64_t room =
+      (in_use < host_capacity_ ? host_capacity_ - in_use : 0) + stats_.shadow_bytes;
+  std::uint64_t best = 0;
+  std::uint64_t best_key = 0;
+  std::size_t best_bytes = 0;
+  for (auto& [handle, b] : buffers_) {
+    if (b.where != tier::host) continue;
+    if (b.kept_extent) {
+      room += b.bytes;  // freed with no write when the host needs it
+      continue;
+    }
+    if (b.no_writeback || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
+    const std::uint64_t key = oracle_ ? oracle_(handle) : ~b.released_at;
+    if (best == 0 || key > best_key) {
+      best = handle;
+      best_key = key;
+      best_bytes = b.bytes;
+    }
+  }
+  if (best == 0 || room >= writeback_room_) return 0;
+  if (nvme_capacity_ != 0) {
+    // The extent's span: data rounded up to blocks, and a trailer block.
+    const std::uint64_t block = nvme_->logical_block();
+    const std::uint64_t span = (best_bytes + block - 1) / block * block + block;
+    if (nvme_->stats().stored_bytes + span + writeback_room_ > nvme_capacity_) return 0;
+  }
+  return best;
+}
+
+void residency_manager::write_behind(std::unique_lock<std::recursive_mutex>& lock,
+                                     std::uint64_t handle) {
+  buffer& b = buffers_.at(handle);
+  b.write_stale = false;
+  const std::size_t bytes = b.bytes;
+  auto extent = nvme_->begin_write(bytes);
+  status st = extent ? status{} : extent.error();
+  bool stale = false;
+  std::size_t written = 0;
+  for (std::size_t at = 0; st && at < bytes; at += bounce_bytes_) {
+    // Still the buffer's host copy? (Checked under the mutex, with the copy.)
+    auto it = buffers_.find(handle);
+    stale = it == buffers_.end() || it->second.write_stale || stopping_;
+    if (stale) break;
+    const std::size_t part = std::min(bounce_bytes_, bytes - at);
+    std::memcpy(bounce_.get(), static_cast<const unsigned char*>(it->second.host) + at, part);
+    lock.unlock();
+    st = nvme_->write_part(*extent, bounce_.get(), part);  // a failed part frees the extent
+    lock.lock();
+    if (st) written += part;
+  }
+  const bool complete = written == bytes;
+  if (complete && !stale && verify_nvme_) {
+    lock.unlock();
+    st = nvme_->verify(*extent);
+    lock.lock();
+  }
+  auto it = buffers_.find(handle);
+  stale = stale || it == buffers_.end() || it->second.write_stale;
+  if (st && !stale) {
+    it->second.extent = *extent;
+    keep_extent(it->second);
+    ++stats_.writebacks;
+    stats_.writeback_bytes += bytes;
+    return;
+  }
+  if (complete) {
+    (void)nvme_->erase(*extent);
+  } else if (st) {  // stopped early (a failed part has freed it already)
+    (void)nvme_->abandon_write(*extent);
+  }
+  // A failing disk or a full store: the buffer stays on the host and is
+  // not tried again until it is spilled there anew (no busy loop).
+  if (!st && it != buffers_.end()) it->second.no_writeback = true;
+  ++stats_.writebacks_dropped;
+}
+
+}  // namespace strata
