@@ -220,9 +220,9 @@ int main(int argc, char** argv) {
         const outcome out = run(st, p, c, nvme);
         double worst_step = 0;
         double sum_steps = 0;
-        for (std::size_t s = 0; s < out.step_seconds.size(); ++s) {
-          worst_step = std::max(worst_step, out.step_seconds[s] / bound);
-          sum_steps += out.step_seconds[s] / bound;
+        for (const double seconds : out.step_seconds) {
+          worst_step = std::max(worst_step, seconds / bound);
+          sum_steps += seconds / bound;
         }
         if (p == policy::strata) worst = std::max(worst, worst_step);
         std::printf("%-8.2f %-8s %9.2f %9.3f %9.3f %9.3f %9.1f %6llu %6llu %7llu\n", ratio,

@@ -247,27 +247,27 @@ class STRATA_API residency_manager {
     buffer_kind kind;
     residency_policy policy;
     tier where = tier::none;
-    void* device = nullptr;
-    void* host = nullptr;
-    std::uint64_t extent = 0;
-    unsigned acquired = 0;
-    std::uint64_t released_at = 0;  // tick of the last release
-    event_handle released{};        // recorded on the releasing stream
     bool has_release_event = false;
-    void* staging = nullptr;  // host memory of a fill in flight
-    event_handle filled{};    // recorded on the fill stream after a fill
     bool has_fill_event = false;
-    bool reading = false;        // an NVMe read into `host` runs on the reader thread
-    bool dirty = true;           // the device copy may differ from every host copy
-    void* shadow = nullptr;      // on the device and clean: the host copy it came from
-    bool kept_extent = false;    // above NVMe, unwritten: `extent` still holds its bytes
-    bool prefetched = false;     // headed for the device by prefetch(), not acquired
-    std::uint64_t next_use = 0;  // the prefetch's, for making device room
-    status read_failure{};       // a prefetch read's error, for the next acquire
+    bool reading = false;      // an NVMe read into `host` runs on the reader thread
+    bool dirty = true;         // the device copy may differ from every host copy
+    bool kept_extent = false;  // above NVMe, unwritten: `extent` still holds its bytes
+    bool prefetched = false;   // headed for the device by prefetch(), not acquired
     // Write-behind (write_behind.cpp): set when the buffer leaves the host,
     // so a write-behind under way knows its copy is no longer the buffer's.
     bool write_stale = false;
     bool no_writeback = false;  // a write-behind failed: not tried until it is spilled anew
+    unsigned acquired = 0;
+    void* device = nullptr;
+    void* host = nullptr;
+    std::uint64_t extent = 0;
+    std::uint64_t released_at = 0;  // tick of the last release
+    event_handle released{};        // recorded on the releasing stream
+    void* staging = nullptr;        // host memory of a fill in flight
+    event_handle filled{};          // recorded on the fill stream after a fill
+    void* shadow = nullptr;         // on the device and clean: the host copy it came from
+    std::uint64_t next_use = 0;     // the prefetch's, for making device room
+    status read_failure{};          // a prefetch read's error, for the next acquire
   };
   struct read_job {
     std::uint64_t handle;
