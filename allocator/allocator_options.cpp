@@ -35,7 +35,7 @@ constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_va
           .doc = doc};
 }
 
-const std::array<spec, 23> table{{
+const std::array<spec, 24> table{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
@@ -136,6 +136,11 @@ const std::array<spec, 23> table{{
           "offload tiers: read every spill back from the disk and check it before its host "
           "copy is freed (one more read per spill)"),
      [](allocator_options& o) -> option_field { return &o.offload.nvme_verify; }},
+    {flag("nvme_write_behind",
+          "offload tiers: while the host tier could not make `host_lookahead` bytes of room "
+          "without a write, write host buffers to NVMe in the background, so that pushing them "
+          "off the host later writes nothing ([tiers.md](tiers.md))"),
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_write_behind; }},
     {bytes("prefetch_bytes", 0, no_max,
            "prefetcher: the most device bytes in prefetch fills in flight plus buffers "
            "prefetched and not yet acquired ([prefetch.md](prefetch.md)); `0` turns prefetch "

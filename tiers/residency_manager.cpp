@@ -67,9 +67,11 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
         std::min<std::size_t>(std::size_t{4} << 20, options.host_capacity / 4);
     m->staging_chunk_ = std::max(block, chunk / block * block);
     // Write-behind keeps the room the read-ahead needs makeable without a
-    // write (at most the whole host tier); off without a host capacity.
+    // write (at most the whole host tier); off without a host capacity or
+    // with nvme_write_behind off.
     m->host_capacity_ = options.host_capacity;
-    m->writeback_room_ = std::min(options.host_lookahead, options.host_capacity);
+    m->writeback_room_ =
+        options.nvme_write_behind ? std::min(options.host_lookahead, options.host_capacity) : 0;
     m->nvme_capacity_ = options.nvme_capacity;
     m->bounce_bytes_ =
         std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);

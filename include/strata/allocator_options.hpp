@@ -48,6 +48,9 @@ struct offload_options {
   /// Read every spill back from the disk and check it before the host copy
   /// is freed (one more read of each spilled buffer).
   bool nvme_verify = true;
+  /// Write host buffers to NVMe in the background while the host tier is
+  /// short of room (the residency manager's write-behind, docs/tiers.md).
+  bool nvme_write_behind = true;
   /// Prefetcher (docs/prefetch.md): most device bytes in prefetch fills in
   /// flight plus prefetched buffers not yet acquired; 0 turns prefetch off.
   std::uint64_t prefetch_bytes = 512ULL << 20;

@@ -387,7 +387,9 @@ TEST(Residency, ASpillToNvmeThatDoesNotReadBackKeepsTheHostCopy) {
   nth_fault fault;
   fault.kind = io_kind::read;
   fault.left = 1;  // the first read: the read-back of the first spill to NVMe
-  auto s = make("sim:capacity=16MiB", small_tiers(), &fault);
+  offload_options o = small_tiers();
+  o.nvme_write_behind = false;  // else it may be a write-behind's read-back
+  auto s = make("sim:capacity=16MiB", o, &fault);
   ASSERT_TRUE(s.manager);
   model md(*s.manager, s.alloc->dev());
   for (int i = 0; i < 20; ++i) md.add(3 * mib / 2);  // 30 MiB: past device and host
