@@ -24,8 +24,8 @@ result<std::uint64_t> nvme_store::write(const void* src, std::size_t bytes) {
 result<std::uint64_t> nvme_store::begin_write(std::size_t bytes) {
   if (bytes == 0) return invalid("write of 0 bytes");
   std::lock_guard lock(mu_);
-  const std::uint64_t data = space_.rounded(bytes);
-  const std::uint64_t span = data + block_;
+  const std::uint64_t span = span_of(bytes);
+  const std::uint64_t data = span - block_;
   // Extents of a request or more start on a request boundary: requests
   // straddling the disk's larger units cost up to a third of the write
   // throughput here (bench/RESULTS.md).

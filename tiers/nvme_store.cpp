@@ -363,6 +363,7 @@ nvme_store::counters nvme_store::stats() {
   std::lock_guard lock(mu_);
   counters c = stats_;
   c.file_bytes = space_.end();
+  c.space_bytes = space_.used();
   return c;
 }
 

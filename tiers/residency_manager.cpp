@@ -73,12 +73,14 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
     m->writeback_room_ =
         options.nvme_write_behind ? std::min(options.host_lookahead, options.host_capacity) : 0;
     m->nvme_capacity_ = options.nvme_capacity;
-    m->bounce_bytes_ =
-        std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);
-    m->bounce_.reset(static_cast<unsigned char*>(std::aligned_alloc(block, m->bounce_bytes_)));
-    if (!m->bounce_) {
-      return status{errc::out_of_memory,
-                    "residency manager: no host memory for the write-behind's bounce chunk"};
+    if (m->writeback_room_ != 0) {
+      m->bounce_bytes_ =
+          std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);
+      m->bounce_.reset(static_cast<unsigned char*>(std::aligned_alloc(block, m->bounce_bytes_)));
+      if (!m->bounce_) {
+        return status{errc::out_of_memory,
+                      "residency manager: no host memory for the write-behind's bounce chunk"};
+      }
     }
   }
   m->handler_ =
@@ -242,6 +244,10 @@ status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
   return d.synchronize_event(copy_done_);
 }
 
+std::uint64_t residency_manager::spill_order(std::uint64_t handle, const buffer& b) const {
+  return oracle_ ? oracle_(handle) : ~b.released_at;
+}
+
 residency_manager::buffer* residency_manager::victim(tier from, const std::uint64_t* limit) {
   if (limit == nullptr && from == tier::device) limit = evict_limit_;
   // Making room for a prefetch: only what the oracle says is needed later
@@ -254,7 +260,7 @@ residency_manager::buffer* residency_manager::victim(tier from, const std::uint6
     if (b.where != from || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
     // Least recently released first, or the oracle's farthest next use;
     // those needed within keep_within_ only when nothing else is left.
-    const std::uint64_t key = oracle_ ? oracle_(handle) : ~b.released_at;
+    const std::uint64_t key = spill_order(handle, b);
     if (limit != nullptr && key <= *limit) continue;
     const bool kept = oracle_ && key <= keep_within_;
     if (best == nullptr || (best_kept && !kept) || (kept == best_kept && key > best_key)) {

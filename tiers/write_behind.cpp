@@ -48,7 +48,7 @@ std::uint64_t residency_manager::writeback_candidate() {
       continue;
     }
     if (b.no_writeback || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
-    const std::uint64_t key = oracle_ ? oracle_(handle) : ~b.released_at;
+    const std::uint64_t key = spill_order(handle, b);
     if (best == 0 || key > best_key) {
       best = handle;
       best_key = key;
@@ -56,11 +56,9 @@ std::uint64_t residency_manager::writeback_candidate() {
     }
   }
   if (best == 0 || room >= writeback_room_) return 0;
-  if (nvme_capacity_ != 0) {
-    // The extent's span: data rounded up to blocks, and a trailer block.
-    const std::uint64_t block = nvme_->logical_block();
-    const std::uint64_t span = (best_bytes + block - 1) / block * block + block;
-    if (nvme_->stats().stored_bytes + span + writeback_room_ > nvme_capacity_) return 0;
+  if (nvme_capacity_ != 0 &&
+      nvme_->stats().space_bytes + nvme_->span_of(best_bytes) + writeback_room_ > nvme_capacity_) {
+    return 0;
   }
   return best;
 }

@@ -122,10 +122,18 @@ class STRATA_API nvme_store {
     std::uint64_t bytes_written = 0;  ///< through write() and write_part(), ever
     std::uint64_t bytes_read = 0;     ///< through read() and read_part(), ever
     std::uint64_t failed = 0;         ///< write() and read() calls that failed
+    /// File space held by stored extents and writes under way (what
+    /// nvme_capacity limits).
+    std::uint64_t space_bytes = 0;
   };
   [[nodiscard]] counters stats();
   /// The direct-I/O alignment of the file (bytes).
   [[nodiscard]] std::size_t logical_block() const noexcept { return block_; }
+  /// The file space an extent of `bytes` takes: its data rounded up to
+  /// whole blocks, and the trailer block.
+  [[nodiscard]] std::uint64_t span_of(std::size_t bytes) const noexcept {
+    return space_.rounded(bytes) + block_;
+  }
   /// False when the file system refused O_TMPFILE (create-and-unlink used).
   [[nodiscard]] bool unnamed_from_the_start() const noexcept { return tmpfile_; }
 

@@ -283,6 +283,9 @@ class STRATA_API residency_manager {
   // A released device (or host) buffer to move down, or null; with
   // `limit`, only one the oracle says is needed later than it.
   buffer* victim(tier from, const std::uint64_t* limit = nullptr);
+  // Which buffer goes first (larger: sooner): the oracle's next use, else
+  // the least recently released. Shared by victim and write-behind.
+  [[nodiscard]] std::uint64_t spill_order(std::uint64_t handle, const buffer& b) const;
   status spill_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
   // The streamed paths (staged_transfer.cpp): device <-> NVMe through the
