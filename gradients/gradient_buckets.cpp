@@ -41,8 +41,9 @@ struct gradient_buckets::state {
   bool rebuilt = false;
   std::unique_ptr<kernel_pool> pool;
   std::unique_ptr<stream_kernels> kernels;
-  std::vector<std::unique_ptr<gradient_buffer>> staging;
-  std::vector<std::uint64_t> registrations;  // with the communicator
+  std::vector<std::unique_ptr<gradient_buffer>> staging;  // copy mode: packed buckets
+  std::vector<std::unique_ptr<gradient_buffer>> wire;     // a cast: the reduce_type's values
+  std::vector<std::uint64_t> registrations;               // with the communicator
   counters c{};
   mutable std::mutex mu;
 
@@ -54,6 +55,11 @@ struct gradient_buckets::state {
   status register_buffers();
   void deregister_buffers();
   status launch(std::size_t b);
+  // All-reduces `count` elements of `type` at `data` in place, through the
+  // wire buffer `slot` when reduce_type differs.
+  status reduce(std::size_t slot, void* data, std::size_t count, dtype type);
+  [[nodiscard]] dtype wire_type(dtype type) const { return opt.reduce_type.value_or(type); }
+  status make_staging(std::size_t bytes, std::vector<std::unique_ptr<gradient_buffer>>& into);
   status launch_ready();
   status start_rebuild();
   status finish_rebuild();
@@ -75,31 +81,49 @@ status gradient_buckets::state::replan() {
   plan = plan_buckets(*grads, opt.first_bucket_bytes, opt.bucket_bytes);
   bucket_of.assign(params.size(), 0);
   std::size_t largest = 0;
+  std::size_t largest_wire = 0;  // bytes of the largest cast bucket in its reduce_type
   for (std::size_t b = 0; b < plan.size(); ++b) {
-    for (const std::size_t p : plan[b].params) bucket_of[p] = b;
-    largest = std::max(largest, plan[b].payload);
+    const bucket& bk = plan[b];
+    for (const std::size_t p : bk.params) bucket_of[p] = b;
+    largest = std::max(largest, bk.payload);
+    if (wire_type(bk.type) != bk.type) {
+      const std::size_t on_wire = opt.gradient_as_bucket_view ? bk.bytes : bk.payload;
+      largest_wire =
+          std::max(largest_wire, on_wire / dtype_size(bk.type) * dtype_size(wire_type(bk.type)));
+    }
   }
   pending.assign(plan.size(), 0);
   reset_step();
   staging.clear();
+  wire.clear();
   c.staging_bytes = 0;
   if (!opt.gradient_as_bucket_view) {
-    const gradient_param flat{(largest + 1) / 2, dtype::bf16};  // `largest` bytes
-    for (unsigned k = 0; k < opt.buckets_inflight; ++k) {
-      auto s = gradient_buffer::create(dev, {&flat, 1});
-      if (!s) return s.error();
-      c.staging_bytes += (*s)->reserved_bytes();
-      staging.push_back(std::move(*s));
-    }
+    if (auto s = make_staging(largest, staging); !s) return s;
+  }
+  if (largest_wire > 0) {
+    if (auto s = make_staging(largest_wire, wire); !s) return s;
   }
   c.buckets = plan.size();
   c.gradient_bytes = grads->reserved_bytes();
   return register_buffers();
 }
 
+status gradient_buckets::state::make_staging(std::size_t bytes,
+                                             std::vector<std::unique_ptr<gradient_buffer>>& into) {
+  const gradient_param flat{(bytes + 1) / 2, dtype::bf16};  // `bytes` bytes
+  for (unsigned k = 0; k < opt.buckets_inflight; ++k) {
+    auto s = gradient_buffer::create(dev, {&flat, 1});
+    if (!s) return s.error();
+    c.staging_bytes += (*s)->reserved_bytes();
+    into.push_back(std::move(*s));
+  }
+  return {};
+}
+
 status gradient_buckets::state::register_buffers() {
   std::vector<const gradient_buffer*> all{grads.get()};
   for (const auto& s : staging) all.push_back(s.get());
+  for (const auto& s : wire) all.push_back(s.get());
   for (const gradient_buffer* b : all) {
     auto h = comm.register_buffer(b->data(), b->bytes());
     if (!h && h.code() == errc::not_supported) return {};  // an older NCCL: unregistered
@@ -132,8 +156,7 @@ status gradient_buckets::state::launch(std::size_t b) {
   ++c.reductions;
   if (opt.gradient_as_bucket_view) {
     void* slice = static_cast<unsigned char*>(grads->data()) + bk.offset;
-    c.bytes_reduced += bk.bytes;
-    return comm.all_reduce(slice, slice, bk.bytes / size, bk.type, opt.op, comm_stream);
+    return reduce(b, slice, bk.bytes / size, bk.type);
   }
   // Copy mode: pack, reduce, unpack, in order on the communication stream,
   // so the staging buffer is reused only after its last unpack.
@@ -148,12 +171,37 @@ status gradient_buckets::state::launch(std::size_t b) {
     return s;
   }
   c.bytes_copied += at;
-  c.bytes_reduced += at;
-  if (auto s = comm.all_reduce(flat.data(), flat.data(), at / size, bk.type, opt.op, comm_stream);
-      !s) {
-    return s;
-  }
+  if (auto s = reduce(b, flat.data(), at / size, bk.type); !s) return s;
   return kernels->unpack(comm_stream, entries.data(), entries.size(), flat.data(), at);
+}
+
+status gradient_buckets::state::reduce(std::size_t slot, void* data, std::size_t count,
+                                       dtype type) {
+  const dtype on_wire = wire_type(type);
+  if (on_wire == type) {
+    c.bytes_reduced += count * dtype_size(type);
+    return comm.all_reduce(data, data, count, type, opt.op, comm_stream);
+  }
+  // Cast, reduce, cast back. An average is taken on the fp32 side by the
+  // scale kernel (before the cast down, or after the cast up), the sum by
+  // the collective; with no fp32 side, by the collective.
+  void* w = wire[slot % wire.size()]->data();
+  const bool avg = opt.op == reduce_op::avg;
+  const bool scale_before = avg && type == dtype::f32;
+  const bool scale_after = avg && !scale_before && on_wire == dtype::f32;
+  const float share = 1.0F / static_cast<float>(comm.size());
+  if (scale_before) {
+    if (auto s = kernels->scale(comm_stream, static_cast<float*>(data), share, count); !s) return s;
+  }
+  if (auto s = kernels->cast_copy(comm_stream, w, on_wire, data, type, count); !s) return s;
+  if (scale_after) {
+    if (auto s = kernels->scale(comm_stream, static_cast<float*>(w), share, count); !s) return s;
+  }
+  const reduce_op op = scale_before || scale_after ? reduce_op::sum : opt.op;
+  c.bytes_cast += count * (dtype_size(on_wire) + dtype_size(type));
+  c.bytes_reduced += count * dtype_size(on_wire);
+  if (auto s = comm.all_reduce(w, w, count, on_wire, op, comm_stream); !s) return s;
+  return kernels->cast_copy(comm_stream, data, type, w, on_wire, count);
 }
 
 status gradient_buckets::state::launch_ready() {
@@ -242,8 +290,16 @@ result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
   if (options.first_bucket_bytes == 0 || options.bucket_bytes == 0) {
     return invalid("bucket limits must be at least one byte");
   }
-  if (!options.gradient_as_bucket_view && options.buckets_inflight == 0) {
-    return invalid("buckets_inflight must be at least 1 when buckets are copied");
+  if (options.reduce_type && *options.reduce_type != dtype::f32 &&
+      *options.reduce_type != dtype::bf16 && *options.reduce_type != dtype::f16) {
+    return invalid("reduce_type is not a dtype");
+  }
+  const bool cast = options.reduce_type.has_value() &&
+                    std::any_of(params.begin(), params.end(), [&](const gradient_param& p) {
+                      return p.type != *options.reduce_type;
+                    });
+  if ((!options.gradient_as_bucket_view || cast) && options.buckets_inflight == 0) {
+    return invalid("buckets_inflight must be at least 1 when buckets are copied or cast");
   }
   if (params.size() > UINT32_MAX) return invalid("more than 2^32 parameters");
   auto s = std::make_unique<state>(comm, comm_stream, options, params);

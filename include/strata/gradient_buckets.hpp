@@ -34,6 +34,13 @@
 // communication stream, so a staging buffer is reused only after the
 // reduction that used it has been unpacked.
 //
+// Reduced in another dtype (`reduce_type`, e.g. fp32 gradients reduced in
+// bf16: half the bytes on the wire): the bucket is cast into a staging
+// buffer of that dtype, all-reduced there and cast back (the kernels'
+// cast), in order on the communication stream. With `op` avg and an fp32
+// side, the average is the kernels' scale by 1/n on the fp32 values before
+// the sum (DDP's pre-division), not the collective's.
+//
 // Errors: invalid_argument for an unknown parameter, a parameter marked
 // twice in a step, finish with parameters never marked (listed; the step
 // stays open); the communicator's and the device's errors as they come.
@@ -45,6 +52,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,10 +65,18 @@ namespace strata {
 struct bucket_options {
   std::size_t first_bucket_bytes = 1ULL << 20;  ///< the first bucket's limit (DDP: 1 MiB)
   std::size_t bucket_bytes = 25ULL << 20;       ///< later buckets' limit (DDP: 25 MiB)
-  /// Staging buffers of the copy mode (reductions that may be queued with
-  /// their own staging). Ignored with gradient_as_bucket_view.
+  /// Staging buffers of the copy mode and of a cast reduction (reductions
+  /// that may be queued with their own staging). Unused with
+  /// gradient_as_bucket_view and no cast.
   unsigned buckets_inflight = 2;
   reduce_op op = reduce_op::avg;
+  /// The dtype the buckets are reduced in; unset: each bucket's own. A
+  /// bucket of another dtype is cast to it for the all-reduce and back
+  /// (see above). For bf16 the result is exact to this rule: each rank's
+  /// value (fp32, times 1/n for avg) rounded to bf16, the bf16 values
+  /// summed in fp32 in rank order and rounded once to bf16 (the `local`
+  /// communicator's order; NCCL's is its own), then widened back exactly.
+  std::optional<dtype> reduce_type;
   bool gradient_as_bucket_view = true;
   /// Rebuild the buckets from the ready order observed in the first step.
   bool rebuild = true;
@@ -75,7 +91,8 @@ class STRATA_API gradient_buckets {
   /// ncclCommRegister on `nccl`; skipped when it answers not_supported) and
   /// deregistered before they are freed. Errors: invalid_argument (the
   /// gradient buffer's, zero bucket limits, buckets_inflight of 0 in copy
-  /// mode), out_of_memory, the communicator's registration error.
+  /// mode or with a cast, a reduce_type that is not a dtype),
+  /// out_of_memory, the communicator's registration error.
   static result<std::unique_ptr<gradient_buckets>> create(communicator& comm,
                                                           std::span<const gradient_param> params,
                                                           stream_handle comm_stream,
@@ -115,6 +132,7 @@ class STRATA_API gradient_buckets {
     std::uint64_t reductions = 0;     ///< bucket all-reduces queued
     std::uint64_t bytes_reduced = 0;  ///< their bytes
     std::uint64_t bytes_copied = 0;   ///< packed into staging (copy mode)
+    std::uint64_t bytes_cast = 0;     ///< written by reduce_type's casts, there and back
     std::uint64_t rebuilds = 0;       ///< 0 or 1
     std::size_t buckets = 0;          ///< buckets now
     std::size_t staging_bytes = 0;    ///< device bytes of the staging buffers

@@ -245,6 +245,61 @@ TEST(GradientBuckets, NoSyncAccumulatesAndTheNextStepReducesTheSum) {
   EXPECT_EQ(j.at(0).stats().steps, 3U);
 }
 
+// Round to nearest even to bf16 and widen back (finite values only).
+float bf16_round(float x) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffU + ((u >> 16) & 1U)) & 0xffff0000U;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+class Bf16Reduction : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+INSTANTIATE_TEST_SUITE_P(RanksAndModes, Bf16Reduction,
+                         ::testing::Combine(::testing::Values(2, 3, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) ? "views" : "copies");
+                         });
+
+// fp32 gradients averaged in bf16: every rank gets, bit for bit, the rule
+// bucket_options::reduce_type states (scale by 1/n in fp32, round to bf16,
+// sum in fp32 in rank order, round once, widen), and half the fp32 bytes
+// cross the wire.
+TEST_P(Bf16Reduction, Fp32GradientsAveragedInBf16FollowTheStatedRounding) {
+  const auto [n, view] = GetParam();
+  bucket_options o = small_buckets(view);
+  o.op = reduce_op::avg;
+  o.reduce_type = dtype::bf16;
+  o.rebuild = false;
+  job j(n, o);
+  j.backward(0, j.reverse_orders());
+  const float share = 1.0F / static_cast<float>(n);
+  std::size_t payload = 0;
+  for (std::size_t p = 0; p < j.params.size(); ++p) {
+    const std::size_t count = j.params[p].count;
+    payload += count * sizeof(float);
+    std::vector<float> want(count, 0.0F);
+    for (int r = 0; r < n; ++r) {
+      const auto v = job::values(r, p, 0, count);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float x = bf16_round(v[i] * share);
+        want[i] = r == 0 ? x : want[i] + x;
+      }
+    }
+    for (float& x : want) x = bf16_round(x);
+    for (int r = 0; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(j.grad(r, p), want.data(), count * sizeof(float)), 0)
+          << "rank " << r << " parameter " << p << " seed " << seed;
+    }
+  }
+  const auto c = j.at(0).stats();
+  EXPECT_GE(c.bytes_reduced * 2, payload) << "bf16 on the wire: half the fp32 bytes";
+  EXPECT_LT(c.bytes_reduced, payload);
+  EXPECT_GT(c.bytes_cast, 0U);
+  EXPECT_GT(c.staging_bytes, 0U);
+}
+
 TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
   job j(2, small_buckets(true));
   auto& b = j.at(0);
@@ -267,6 +322,11 @@ TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
             errc::invalid_argument);
   bad = {};
   bad.gradient_as_bucket_view = false;
+  bad.buckets_inflight = 0;
+  EXPECT_EQ(gradient_buckets::create(j.ranks.comm(0), j.params, j.ranks.stream(0), bad).code(),
+            errc::invalid_argument);
+  bad = {};
+  bad.reduce_type = dtype::bf16;  // a cast needs staging
   bad.buckets_inflight = 0;
   EXPECT_EQ(gradient_buckets::create(j.ranks.comm(0), j.params, j.ranks.stream(0), bad).code(),
             errc::invalid_argument);
