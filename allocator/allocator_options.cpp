@@ -35,7 +35,7 @@ constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_va
           .doc = doc};
 }
 
-const std::array<spec, 24> table{{
+const std::array<spec, 29> table{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
@@ -166,10 +166,42 @@ const std::array<spec, 24> table{{
            "prefetcher: a released buffer needed again within this many bytes of acquires "
            "stays on the device unless nothing else can be spilled"),
      [](allocator_options& o) -> option_field { return &o.offload.reuse_distance; }},
+    {bytes("first_bucket_bytes", 1, no_max,
+           "gradient buckets: the first bucket's limit ([gradients.md](gradients.md); DDP's "
+           "`first_bucket_cap`)"),
+     [](allocator_options& o) -> option_field { return &o.gradients.first_bucket_bytes; }},
+    {bytes("bucket_bytes", 1, no_max,
+           "gradient buckets: later buckets' limit; a larger gradient is a bucket alone (DDP's "
+           "`bucket_cap_mb`)"),
+     [](allocator_options& o) -> option_field { return &o.gradients.bucket_bytes; }},
+    {{.name = "buckets_inflight",
+      .kind = value_kind::count,
+      .min = 1,
+      .max = 64,
+      .doc = "gradient buckets: staging buffers of copied or cast buckets (reductions queued "
+             "with their own staging)"},
+     [](allocator_options& o) -> option_field { return &o.gradients.buckets_inflight; }},
+    {{.name = "bucket_reduce_dtype",
+      .kind = value_kind::text,
+      .unit = "`same`, `f32`, `bf16` or `f16`",
+      .doc = "gradient buckets: the dtype buckets are all-reduced in; `same`: each bucket's "
+             "own, others: cast there and back (`bf16` halves fp32 gradients' bytes on the "
+             "wire)"},
+     [](allocator_options& o) -> option_field { return &o.gradients.bucket_reduce_dtype; }},
+    {flag("gradient_as_bucket_view",
+          "gradient buckets: the buckets are slices of the gradient buffer, reduced in place "
+          "(no copy); `false`: packed into staging buffers, as DDP does by default"),
+     [](allocator_options& o) -> option_field { return &o.gradients.gradient_as_bucket_view; }},
 }};
 
-// The rule between fields no single row can state.
-status check_frames_budget(const allocator_options& o) {
+// The rules no row of the table can state: the frames' budget across two
+// fields, and the words a text field takes.
+status check_cross_field_rules(const allocator_options& o) {
+  const std::string& t = o.gradients.bucket_reduce_dtype;
+  if (t != "same" && t != "f32" && t != "bf16" && t != "f16") {
+    return {errc::invalid_argument,
+            "bucket_reduce_dtype: `" + t + "` is not one of `same`, `f32`, `bf16`, `f16`"};
+  }
   if (o.trace_buffer * o.trace_frames * sizeof(void*) > max_frame_bytes) {
     return {errc::invalid_argument, "trace_buffer " + std::to_string(o.trace_buffer) +
                                         " x trace_frames " + std::to_string(o.trace_frames) +
@@ -187,7 +219,7 @@ std::span<const option_spec<allocator_options>> allocator_option_table() {
 status check_allocator_options(const allocator_options& options) {
   allocator_options copy = options;
   if (auto s = check_options(allocator_option_table(), copy); !s) return s;
-  return check_frames_budget(options);
+  return check_cross_field_rules(options);
 }
 
 result<allocator_options> parse_allocator_conf(std::string_view text, allocator_options defaults) {
@@ -196,7 +228,7 @@ result<allocator_options> parse_allocator_conf(std::string_view text, allocator_
   if (auto s = apply_options(allocator_option_table(), *items, defaults, "STRATA_CONF"); !s) {
     return s;
   }
-  if (auto s = check_frames_budget(defaults); !s) return s;
+  if (auto s = check_cross_field_rules(defaults); !s) return s;
   return defaults;
 }
 

@@ -284,6 +284,20 @@ status gradient_buckets::state::settle() {
   return e;
 }
 
+result<bucket_options> bucket_options_from(const allocator_options& options) {
+  if (auto s = check_allocator_options(options); !s) return s;
+  const gradient_options& g = options.gradients;
+  bucket_options b;
+  b.first_bucket_bytes = g.first_bucket_bytes;
+  b.bucket_bytes = g.bucket_bytes;
+  b.buckets_inflight = static_cast<unsigned>(g.buckets_inflight);
+  b.gradient_as_bucket_view = g.gradient_as_bucket_view;
+  if (g.bucket_reduce_dtype == "f32") b.reduce_type = dtype::f32;
+  if (g.bucket_reduce_dtype == "bf16") b.reduce_type = dtype::bf16;
+  if (g.bucket_reduce_dtype == "f16") b.reduce_type = dtype::f16;
+  return b;
+}
+
 result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
     communicator& comm, std::span<const gradient_param> params, stream_handle comm_stream,
     const bucket_options& options) {

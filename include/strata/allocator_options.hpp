@@ -65,6 +65,23 @@ struct offload_options {
   std::uint64_t reuse_distance = 0;
 };
 
+/// The gradient buckets' settings (docs/gradients.md), read by
+/// strata::bucket_options_from (strata/gradient_buckets.hpp); the allocator
+/// does not read them. Defaults are bucket_options' (DDP's).
+struct gradient_options {
+  /// The first bucket's limit, at least 1 byte.
+  std::uint64_t first_bucket_bytes = 1ULL << 20;
+  /// Later buckets' limit, at least 1 byte.
+  std::uint64_t bucket_bytes = 25ULL << 20;
+  /// Staging buffers of copied or cast buckets, 1 to 64.
+  std::uint64_t buckets_inflight = 2;
+  /// The dtype buckets are reduced in: "same" (each bucket's own), "f32",
+  /// "bf16" or "f16".
+  std::string bucket_reduce_dtype = "same";
+  /// Buckets are slices of the gradient buffer (no copy).
+  bool gradient_as_bucket_view = true;
+};
+
 /// Limits of the event trace's options: events in the ring, frames per
 /// event, and bytes of frames in all (trace_buffer x trace_frames x 8).
 inline constexpr std::uint64_t max_trace_buffer = std::uint64_t{1} << 26;
@@ -105,6 +122,8 @@ struct allocator_options {
   std::string report_on_exit{};
   /// The offload tiers' settings; the allocator itself does not read them.
   offload_options offload{};
+  /// The gradient buckets' settings; the allocator itself does not read them.
+  gradient_options gradients{};
 };
 
 /// Every STRATA_CONF key: kind, range, doc, field (strata/option_table.hpp).

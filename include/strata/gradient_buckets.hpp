@@ -56,6 +56,7 @@
 #include <span>
 #include <vector>
 
+#include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
 #include "strata/gradient_buffer.hpp"
 
@@ -81,6 +82,13 @@ struct bucket_options {
   /// Rebuild the buckets from the ready order observed in the first step.
   bool rebuild = true;
 };
+
+/// The bucket options STRATA_CONF's gradient keys give (`options.gradients`:
+/// first_bucket_bytes, bucket_bytes, buckets_inflight, bucket_reduce_dtype,
+/// gradient_as_bucket_view); `op` and `rebuild` keep their defaults.
+/// Errors: invalid_argument naming the key of a value out of range
+/// (check_allocator_options).
+STRATA_API result<bucket_options> bucket_options_from(const allocator_options& options);
 
 class STRATA_API gradient_buckets {
  public:
