@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "access_order.hpp"
+#include "shard_gathers.hpp"
 #include "strata/strata.hpp"
 
 namespace strata {
@@ -27,9 +28,11 @@ prefetcher::prefetcher(residency_manager& buffers, const offload_options& option
       inflight_(options.prefetch_inflight),
       host_lookahead_(options.host_lookahead),
       device_lookahead_(options.device_lookahead),
-      reuse_distance_(options.reuse_distance) {}
+      reuse_distance_(options.reuse_distance),
+      shards_(std::make_unique<shard_gathers>(buffers, buffers.device_allocator())) {}
 
 prefetcher::~prefetcher() {
+  shards_.reset();  // waits for its gathers, frees the full buffers
   buffers_.set_eviction_oracle(nullptr);
   try {
     buffers_.device_allocator().remove_stats_source(stats_source_);
@@ -99,11 +102,38 @@ status prefetcher::end_step() {
   return {};
 }
 
+status prefetcher::add_sharded(std::uint64_t handle, communicator& comm, stream_handle comm_stream,
+                               dtype type) {
+  if (&comm.dev() != &buffers_.device_allocator().dev()) {
+    return {errc::invalid_argument, "prefetcher: sharded parameter " + std::to_string(handle) +
+                                        ": its communicator is on another device"};
+  }
+  std::lock_guard walk(walk_mu_);
+  return shards_->add(handle, comm, comm_stream, type);
+}
+
 result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mode mode) {
+  std::size_t full = 0;
+  {
+    std::lock_guard walk(walk_mu_);
+    full = shards_->full_bytes(handle);
+  }
+  if (full > 0 && mode != access_mode::read_only) {
+    return status{errc::invalid_argument,
+                  "prefetcher: sharded parameter " + std::to_string(handle) +
+                      " is acquired read_only (its full buffer is a gathered copy); update the "
+                      "shard through the residency manager"};
+  }
   // The size first: once acquired, nothing below fails.
-  auto bytes = buffers_.size_of(handle);  // no lock of ours held
+  auto bytes = full > 0 ? result<std::size_t>(full) : buffers_.size_of(handle);  // no lock held
   if (!bytes) return bytes.error();
-  auto p = buffers_.acquire(handle, stream, mode);
+  result<void*> p = nullptr;
+  if (full > 0) {
+    std::lock_guard walk(walk_mu_);
+    p = shards_->acquire(handle, stream_handle{stream});
+  } else {
+    p = buffers_.acquire(handle, stream, mode);
+  }
   if (!p) return p;
   std::string divergence;
   bool follow = false;
@@ -140,6 +170,15 @@ result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mod
 }
 
 status prefetcher::release(std::uint64_t handle, void* stream) {
+  bool keep = false;  // a full buffer the order needs again soon
+  {
+    std::lock_guard lock(order_mu_);
+    keep = order_ != nullptr && order_->next_use(handle) <= reuse_distance_;
+  }
+  {
+    std::lock_guard walk(walk_mu_);
+    if (shards_->contains(handle)) return shards_->release(handle, stream_handle{stream}, keep);
+  }
   return buffers_.release(handle, stream);
 }
 
@@ -162,10 +201,6 @@ void prefetcher::schedule() {
   if (prefetch_bytes_ == 0) return;  // prefetch off
   // The accesses ahead that start within the lookahead, copied out so that
   // the manager is called without the order's lock.
-  struct ahead {
-    std::uint64_t handle;
-    std::uint64_t distance;  // bytes of accesses before it, from the cursor
-  };
   std::vector<ahead> window;
   {
     std::lock_guard lock(order_mu_);
@@ -213,14 +248,34 @@ void prefetcher::schedule() {
       break;
     }
   }
-  std::lock_guard lock(order_mu_);
-  stats_.issued_device += issued_device;
-  stats_.issued_host += issued_host;
-  stats_.no_room += no_room;
-  stats_.over_budget += stopped ? 1 : 0;
+  {
+    std::lock_guard lock(order_mu_);
+    stats_.issued_device += issued_device;
+    stats_.issued_host += issued_host;
+    stats_.no_room += no_room;
+    stats_.over_budget += stopped ? 1 : 0;
+  }
+  if (!shards_->empty()) gather_ahead(window);
+}
+
+void prefetcher::gather_ahead(const std::vector<ahead>& window) {
+  // In order, and only on what every rank sees alike: skipping one and
+  // gathering a later one could pair different parameters across ranks.
+  for (const ahead& a : window) {
+    if (a.distance >= device_lookahead_) return;
+    if (!shards_->contains(a.handle) || shards_->waiting(a.handle)) continue;
+    if (shards_->in_use(a.handle)) return;  // kept or not: decided at its release
+    if (shards_->ahead_bytes() + shards_->full_bytes(a.handle) > prefetch_bytes_) return;
+    if (!shards_->gather(a.handle, true)) return;  // its acquire retries, and reports
+  }
 }
 
 prefetcher::counters prefetcher::stats() {
+  shard_gathers::counters g;
+  {
+    std::lock_guard walk(walk_mu_);  // before order_mu_, as a walk takes them
+    g = shards_->stats();
+  }
   const residency_manager::counters fills = buffers_.stats();
   std::lock_guard lock(order_mu_);
   counters c = stats_;
@@ -229,6 +284,12 @@ prefetcher::counters prefetcher::stats() {
   c.stall_ns = fills.stall_ns;
   c.wasted = fills.prefetch_wasted;
   c.wasted_bytes = fills.prefetch_wasted_bytes;
+  c.gathers = g.gathers;
+  c.gathers_ahead = g.gathers_ahead;
+  c.gathers_reused = g.gathers_reused;
+  c.reshards = g.reshards;
+  c.gather_failures = g.gather_failures;
+  c.gathered_bytes = g.gathered_bytes;
   return c;
 }
 
@@ -253,7 +314,13 @@ stat_map prefetcher::to_map(const counters& c) {
           {"step_bytes_to_host", v(c.step_bytes_to_host)},
           {"step_bytes_to_nvme", v(c.step_bytes_to_nvme)},
           {"step_bytes_from_nvme", v(c.step_bytes_from_nvme)},
-          {"step_bytes_from_host", v(c.step_bytes_from_host)}};
+          {"step_bytes_from_host", v(c.step_bytes_from_host)},
+          {"gathers", v(c.gathers)},
+          {"gathers_ahead", v(c.gathers_ahead)},
+          {"gathers_reused", v(c.gathers_reused)},
+          {"reshards", v(c.reshards)},
+          {"gather_failures", v(c.gather_failures)},
+          {"gathered_bytes", v(c.gathered_bytes)}};
 }
 
 }  // namespace strata

@@ -30,6 +30,22 @@
 // ahead; one needed within `reuse_distance` bytes stays unless nothing
 // else can go.
 //
+// Sharded parameters (ZeRO-3, FSDP's full shard; add_sharded): the
+// residency manager holds only this rank's shard; acquire returns the whole
+// parameter, all-gathered from every rank's shard into a device buffer on
+// the communication stream. The walk above fetches the shard; a second
+// stage gathers, in order, the sharded parameters within
+// `device_lookahead` whose full buffers fit in `prefetch_bytes` (counting
+// the full buffers gathered ahead and not yet acquired), stopping at the
+// first that does not fit or is in use. These decisions use only what
+// every rank sees alike (the order, the cursor, byte counts), never local
+// memory, so every rank queues the same all-gathers in the same order, as
+// a collective needs: each rank must make the same acquires and releases
+// of sharded parameters in the same order, from one thread (or ordered
+// between its threads). At its last release a full buffer is freed in
+// stream order (resharded), unless the order needs it again within
+// `reuse_distance` bytes: then it is kept for that use.
+//
 // Thread safety: every member may be called concurrently. acquire and
 // release call the residency manager with no prefetcher lock held; one
 // mutex serializes the scheduler's walks, and a leaf mutex guards the order
@@ -43,6 +59,7 @@
 #include <vector>
 
 #include "strata/allocator_options.hpp"
+#include "strata/communicator.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/residency.hpp"
@@ -50,6 +67,7 @@
 namespace strata {
 
 class access_order;
+class shard_gathers;
 struct access;
 
 class STRATA_API prefetcher {
@@ -92,6 +110,19 @@ class STRATA_API prefetcher {
   /// (unknown handle), device errors queueing the copy.
   status prefetch(std::uint64_t handle);
 
+  /// Makes `handle` (a buffer of the residency manager: this rank's shard,
+  /// the same size on every rank) a sharded parameter: acquire(handle)
+  /// returns the whole parameter, shard bytes x comm.size() (rank r's shard
+  /// at r x shard bytes), all-gathered by `comm` on `comm_stream` as `type`
+  /// elements (see above). Acquire it read_only: the full buffer is a copy,
+  /// and writes to it are lost. Update the shard itself (the optimizer
+  /// step) through the residency manager, outside the prefetcher's steps.
+  /// Every rank adds the same parameters. Errors: invalid_argument (unknown
+  /// handle, already sharded, a shard that is not whole `type` elements,
+  /// `comm` on another device than the manager's), the device's.
+  status add_sharded(std::uint64_t handle, communicator& comm, stream_handle comm_stream,
+                     dtype type);
+
   struct counters {
     std::uint64_t steps = 0;             ///< steps ended
     std::uint64_t recorded = 0;          ///< accesses in the order
@@ -115,6 +146,17 @@ class STRATA_API prefetcher {
     std::uint64_t step_bytes_to_nvme = 0;
     std::uint64_t step_bytes_from_nvme = 0;
     std::uint64_t step_bytes_from_host = 0;
+    /// Sharded parameters: all-gathers queued, those queued ahead of their
+    /// acquire, acquires served by a full buffer kept within
+    /// reuse_distance, full buffers freed after release, gathers that
+    /// failed to queue (the acquire retries and reports), and device bytes
+    /// of full buffers held now.
+    std::uint64_t gathers = 0;
+    std::uint64_t gathers_ahead = 0;
+    std::uint64_t gathers_reused = 0;
+    std::uint64_t reshards = 0;
+    std::uint64_t gather_failures = 0;
+    std::uint64_t gathered_bytes = 0;
   };
   [[nodiscard]] counters stats();
   /// The counters by name (the "prefetch" stats section).
@@ -124,6 +166,12 @@ class STRATA_API prefetcher {
   prefetcher(residency_manager& buffers, const offload_options& options);
   // Fetches ahead from the cursor (see above). Needs walk_mu_.
   void schedule();
+  struct ahead {
+    std::uint64_t handle;
+    std::uint64_t distance;  // bytes of accesses before it, from the cursor
+  };
+  // The gather stage of a walk over `window` (see above). Needs walk_mu_.
+  void gather_ahead(const std::vector<ahead>& window);
 
   residency_manager& buffers_;
   std::uint64_t prefetch_bytes_;
@@ -132,7 +180,8 @@ class STRATA_API prefetcher {
   std::uint64_t device_lookahead_;
   std::uint64_t reuse_distance_;
   std::uint64_t stats_source_ = 0;
-  std::mutex walk_mu_;   // one scheduler walk at a time; held while calling the manager
+  std::mutex walk_mu_;  // one scheduler walk at a time; held while calling the manager
+  std::unique_ptr<shard_gathers> shards_;  // guarded by walk_mu_
   std::mutex order_mu_;  // leaf: guards everything below; never held while calling the manager
   std::unique_ptr<access_order> order_;
   std::vector<access> recording_;  // the first step's acquires, until it ends

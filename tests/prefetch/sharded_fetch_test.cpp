@@ -1,0 +1,203 @@
+// Sharded parameters on 2, 4 and 8 `local` ranks (sim devices, one thread
+// per rank): every acquire returns the whole parameter, equal to the
+// original, while each rank's shards are pushed to the host between steps
+// and fetched back; from the second step the gathers go out ahead of the
+// acquires; a full buffer the order needs again within reuse_distance is
+// kept, the others are resharded; and the mistakes are refused. ctest runs
+// it with the static TLS the host pool needs (GLIBC_TUNABLES).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "collectives/rank_set.hpp"
+#include "strata/prefetcher.hpp"
+#include "strata/residency.hpp"
+
+namespace strata::testing {
+namespace {
+
+constexpr std::uint32_t seed = 20261125;
+constexpr std::size_t params = 6;
+constexpr std::size_t full_floats = 64 << 10;  // 256 KiB a parameter
+
+std::vector<float> original(std::size_t p) {
+  std::mt19937 gen(seed + static_cast<std::uint32_t>(p));
+  std::uniform_real_distribution<float> d(-1.0F, 1.0F);
+  std::vector<float> v(full_floats);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+offload_options offload(std::uint64_t reuse_distance) {
+  offload_options o;
+  o.host_chunk = 2 << 20;
+  o.prefetch_bytes = 2 * full_floats * sizeof(float);  // two full parameters ahead
+  o.device_lookahead = 4 * full_floats * sizeof(float);
+  o.reuse_distance = reuse_distance;
+  return o;
+}
+
+// One rank: its residency manager, prefetcher, communication stream and
+// shard handles (shard r of every parameter written from the originals).
+struct rank_state {
+  std::unique_ptr<residency_manager> manager;
+  std::unique_ptr<prefetcher> fetch;
+  stream_handle comm_stream{};
+  std::vector<std::uint64_t> shards;
+};
+
+struct sharded_job {
+  rank_set ranks;
+  std::vector<rank_state> at;
+  std::vector<std::vector<float>> originals;
+
+  sharded_job(int n, std::uint64_t reuse_distance) : ranks(n) {
+    for (std::size_t p = 0; p < params; ++p) originals.push_back(original(p));
+    const std::size_t per = full_floats / static_cast<std::size_t>(n);
+    for (int r = 0; r < n; ++r) {
+      rank_state st;
+      auto m = residency_manager::create(*ranks.allocs[static_cast<std::size_t>(r)],
+                                         offload(reuse_distance));
+      EXPECT_TRUE(m.ok()) << m.error().to_string();
+      if (!m) return;
+      st.manager = std::move(*m);
+      auto f = prefetcher::create(*st.manager, offload(reuse_distance));
+      EXPECT_TRUE(f.ok());
+      st.fetch = std::move(*f);
+      st.comm_stream = *ranks.dev(r).create_stream();
+      for (std::size_t p = 0; p < params; ++p) {
+        auto h = st.manager->register_buffer(per * sizeof(float), buffer_kind::parameter,
+                                             residency_policy::evictable);
+        EXPECT_TRUE(h.ok());
+        auto d = st.manager->acquire(*h, ranks.stream(r).native);
+        EXPECT_TRUE(d.ok());
+        std::memcpy(*d, originals[p].data() + static_cast<std::size_t>(r) * per,
+                    per * sizeof(float));
+        EXPECT_TRUE(st.manager->release(*h, ranks.stream(r).native).ok());
+        EXPECT_TRUE(st.fetch->add_sharded(*h, ranks.comm(r), st.comm_stream, dtype::f32).ok());
+        st.shards.push_back(*h);
+      }
+      at.push_back(std::move(st));
+    }
+  }
+  sharded_job(const sharded_job&) = delete;
+  sharded_job& operator=(const sharded_job&) = delete;
+  sharded_job(sharded_job&&) = delete;
+  sharded_job& operator=(sharded_job&&) = delete;
+  ~sharded_job() {
+    for (std::size_t r = 0; r < at.size(); ++r) {
+      at[r].fetch.reset();
+      for (const std::uint64_t h : at[r].shards) (void)at[r].manager->unregister(h);
+      at[r].manager.reset();
+      (void)ranks.dev(static_cast<int>(r)).destroy_stream(at[r].comm_stream);
+    }
+  }
+
+  // Rank r's step: forward 0..P-1, backward P-1..0, every parameter checked
+  // against its original; then every released shard is pushed off the
+  // device, so the next step fetches them all back.
+  void step(int r, int s) {
+    rank_state& st = at[static_cast<std::size_t>(r)];
+    const stream_handle compute = ranks.stream(r);
+    ASSERT_TRUE(st.fetch->begin_step().ok());
+    for (std::size_t i = 0; i < 2 * params; ++i) {
+      const std::size_t p = i < params ? i : 2 * params - 1 - i;
+      auto full = st.fetch->acquire(st.shards[p], compute.native, access_mode::read_only);
+      ASSERT_TRUE(full.ok()) << full.error().to_string();
+      ASSERT_TRUE(ranks.dev(r).synchronize_stream(compute).ok());
+      ASSERT_EQ(std::memcmp(*full, originals[p].data(), full_floats * sizeof(float)), 0)
+          << "rank " << r << " step " << s << " parameter " << p << " (seed " << seed << ")";
+      ASSERT_TRUE(st.fetch->release(st.shards[p], compute.native).ok());
+    }
+    ASSERT_TRUE(st.fetch->end_step().ok());
+    ASSERT_TRUE(ranks.dev(r).synchronize_stream(st.comm_stream).ok());
+    st.manager->spill(SIZE_MAX);
+  }
+
+  void run_steps(int steps) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks.size(); ++r) {
+      threads.emplace_back([this, r, steps] {
+        for (int s = 0; s < steps; ++s) step(r, s);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+};
+
+class ShardedFetch : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Ranks, ShardedFetch, ::testing::Values(2, 4, 8),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+TEST_P(ShardedFetch, GatheredAheadOfUseTheParametersEqualTheOriginals) {
+  const int n = GetParam();
+  sharded_job job(n, 0);
+  ASSERT_EQ(job.at.size(), static_cast<std::size_t>(n));
+  job.run_steps(4);
+  for (int r = 0; r < n; ++r) {
+    const prefetcher::counters c = job.at[static_cast<std::size_t>(r)].fetch->stats();
+    const auto moved = job.at[static_cast<std::size_t>(r)].manager->stats();
+    EXPECT_GT(moved.fills_from_host, 0U) << "the shards came back from the host";
+    EXPECT_GT(c.gathers_ahead, 0U) << "rank " << r << ": no gather was queued ahead";
+    // Once the order is known (steps 2 to 4), a parameter needed again at
+    // once (next use 0 <= reuse_distance 0) is kept, not gathered again:
+    // the last forward one at the turn (3 times), and the last backward
+    // one, parameter 0, which opens the next step (2 times, and it is still
+    // held after step 4).
+    // step 4's end_step also gathers step 5's parameters 1 and 2 ahead
+    // (prefetch_bytes: two full parameters), so three are held at the end.
+    EXPECT_EQ(c.gathers_reused, 5U);
+    EXPECT_EQ(c.gathers + c.gathers_reused, 4 * 2 * params + 2) << "one gather per other use";
+    EXPECT_EQ(c.reshards, c.gathers - 3) << "every other full buffer was freed again";
+    EXPECT_EQ(c.gathered_bytes, 3 * full_floats * sizeof(float));
+    EXPECT_EQ(c.gather_failures, 0U);
+    EXPECT_TRUE(job.ranks.comm(r).async_error().ok());
+  }
+}
+
+TEST(ShardedFetch, FullBuffersNeededWithinTheReuseDistanceAreKept) {
+  const std::uint64_t full = full_floats * sizeof(float);
+  sharded_job job(2, 3 * full);  // the backward use of the last three forward ones
+  job.run_steps(3);
+  const prefetcher::counters c = job.at[0].fetch->stats();
+  // Steps 2 and 3 follow the order. Released in forward, parameters 4 and
+  // 5 are needed again within 3 full parameters (2 and 0 away; 3 is 4
+  // away); released in backward, 1 and 0 are (2 and 0 away, at the next
+  // step's start). Step 1 has no order: nothing is kept.
+  EXPECT_EQ(c.gathers_reused, 2U + 4U);
+  // Plus 2 and 3 gathered ahead for step 4 (0 and 1 are kept).
+  EXPECT_EQ(c.gathers + c.gathers_reused, 3 * 2 * params + 2);
+  EXPECT_EQ(c.gathered_bytes, 4 * full_floats * sizeof(float));
+  EXPECT_TRUE(job.ranks.comm(1).async_error().ok());
+}
+
+TEST(ShardedFetch, MistakesAreRefused) {
+  sharded_job job(2, 0);
+  rank_state& st = job.at[0];
+  const std::uint64_t h = st.shards[0];
+  auto rw = st.fetch->acquire(h, job.ranks.stream(0).native, access_mode::read_write);
+  EXPECT_EQ(rw.code(), errc::invalid_argument);
+  EXPECT_NE(rw.error().message().find("read_only"), std::string::npos);
+  EXPECT_EQ(st.fetch->add_sharded(h, job.ranks.comm(0), st.comm_stream, dtype::f32).code(),
+            errc::invalid_argument)
+      << "already sharded";
+  EXPECT_EQ(st.fetch->add_sharded(999, job.ranks.comm(0), st.comm_stream, dtype::f32).code(),
+            errc::invalid_argument)
+      << "unknown handle";
+  auto odd = st.manager->register_buffer(6, buffer_kind::parameter, residency_policy::evictable);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(st.fetch->add_sharded(*odd, job.ranks.comm(0), st.comm_stream, dtype::f32).code(),
+            errc::invalid_argument)
+      << "6 bytes are not whole fp32 elements";
+  EXPECT_EQ(st.fetch->add_sharded(*odd, job.ranks.comm(1), st.comm_stream, dtype::f16).code(),
+            errc::invalid_argument)
+      << "rank 1's communicator is on another device";
+  EXPECT_TRUE(st.manager->unregister(*odd).ok());
+  EXPECT_EQ(st.fetch->release(h, job.ranks.stream(0).native).code(), errc::invalid_argument)
+      << "released without an acquire";
+}
+
+}  // namespace
+}  // namespace strata::testing
