@@ -3,6 +3,7 @@
 // borrowed allocator's device when one was given.
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "strata/c_extension.hpp"
 #include "strata/kernels.h"
@@ -17,6 +18,18 @@ struct strata_kernels {
   std::atomic<state*> impl{nullptr};
   strata_allocator* allocator = nullptr;
 };
+
+namespace strata::c_api {
+
+result<dtype> dtype_of(const strata_dtype& type) {
+  const auto v = enum_value(type);
+  if (v == STRATA_F32) return dtype::f32;
+  if (v == STRATA_BF16) return dtype::bf16;
+  if (v == STRATA_F16) return dtype::f16;
+  return status{errc::invalid_argument, "unknown dtype " + std::to_string(v)};
+}
+
+}  // namespace strata::c_api
 
 namespace {
 
@@ -59,8 +72,7 @@ strata::adam_options options_of(const strata_adam_options& o) {
 
 // By reference: copying an enum outside its range is already undefined.
 bool known(const strata_dtype& t) {
-  const auto v = strata::c_api::enum_value(t);
-  return v == STRATA_F32 || v == STRATA_BF16 || v == STRATA_F16;
+  return strata::c_api::dtype_of(t).ok();
 }
 
 // Runs `f(state&)` for a live handle; `async` needs the stream kernels.

@@ -1,7 +1,9 @@
 // The prefetcher's C API (strata/prefetch.h); handles and errors as
 // strata/c_extension.hpp describes.
 #include <atomic>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "strata/c_extension.hpp"
 #include "strata/prefetch.h"
@@ -10,6 +12,8 @@
 struct strata_prefetcher {
   std::atomic<strata::prefetcher*> impl{nullptr};
   strata_residency* residency = nullptr;  // borrowed until this prefetcher is destroyed
+  std::mutex mu;
+  std::vector<strata_comm*> comms;  // borrowed by add_sharded, until destroyed
 };
 
 namespace {
@@ -64,6 +68,9 @@ strata_status strata_prefetcher_destroy(strata_prefetcher* p) {
   if (impl == nullptr) return no_prefetcher(p);
   delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
   strata::c_api::give_back(p->residency);
+  std::lock_guard lock(p->mu);
+  for (strata_comm* c : p->comms) strata::c_api::give_back(c);
+  p->comms.clear();
   return STRATA_OK;
 }
 
@@ -103,6 +110,24 @@ strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, v
 strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle) {
   auto* impl = get(p);
   return impl != nullptr ? to_c(impl->prefetch(handle)) : no_prefetcher(p);
+}
+
+strata_status strata_prefetcher_add_sharded(strata_prefetcher* p, uint64_t handle,
+                                            strata_comm* comm, void* comm_stream,
+                                            strata_dtype type) {
+  auto* impl = get(p);
+  if (impl == nullptr) return no_prefetcher(p);
+  auto t = strata::c_api::dtype_of(type);
+  if (!t) return fail(t.error());
+  strata::communicator* c = strata::c_api::borrow(comm);
+  if (c == nullptr) return fail(strata::errc::invalid_argument, "null or destroyed communicator");
+  if (auto s = impl->add_sharded(handle, *c, strata::stream_handle{comm_stream}, *t); !s) {
+    strata::c_api::give_back(comm);
+    return fail(s);
+  }
+  std::lock_guard lock(p->mu);
+  p->comms.push_back(comm);
+  return STRATA_OK;
 }
 
 strata_status strata_prefetcher_stats_json(strata_prefetcher* p, char** out) {

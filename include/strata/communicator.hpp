@@ -38,6 +38,7 @@
 #include <span>
 #include <vector>
 
+#include "strata/collectives.h"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
@@ -176,5 +177,15 @@ struct local_comm_options {
 /// read).
 STRATA_API result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
     std::span<device* const> devices, const local_comm_options& options = {});
+
+namespace c_api {
+/// The communicator behind a C handle (strata/collectives.h), counted as in
+/// use until give_back(): strata_comm_destroy refuses while any borrow is
+/// left (gradient buckets and prefetchers made through the C API hold one).
+/// Null for a null or destroyed handle. Thread safety: atomics.
+STRATA_API communicator* borrow(strata_comm* handle);
+/// Ends one borrow() of `handle`.
+STRATA_API void give_back(strata_comm* handle);
+}  // namespace c_api
 
 }  // namespace strata

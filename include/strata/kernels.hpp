@@ -43,6 +43,7 @@
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
+#include "strata/kernels.h"
 
 namespace strata {
 
@@ -188,5 +189,11 @@ class STRATA_API stream_kernels {
   kernel_pool& pool_;
   std::unique_ptr<state> state_;
 };
+
+namespace c_api {
+/// The dtype a C caller named (by reference: copying an out-of-range enum
+/// is already undefined). Errors: invalid_argument (not a strata_dtype).
+STRATA_API result<dtype> dtype_of(const strata_dtype& type);
+}  // namespace c_api
 
 }  // namespace strata

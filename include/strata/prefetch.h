@@ -14,6 +14,7 @@
 #ifndef STRATA_PREFETCH_H
 #define STRATA_PREFETCH_H
 
+#include "strata/collectives.h"
 #include "strata/residency.h"
 
 /* NOLINTBEGIN(modernize-use-using) */
@@ -52,6 +53,17 @@ STRATA_C_API strata_status strata_prefetcher_release(strata_prefetcher* p, uint6
  * it (over budget, no room, already there) is not an error. Errors:
  * INVALID_ARGUMENT (unknown handle). */
 STRATA_C_API strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle);
+
+/* Makes `handle` (this rank's shard, the same size on every rank) a
+ * sharded parameter: acquiring it (read-only) returns the whole parameter,
+ * all-gathered by `comm` on `comm_stream` as `type` elements, ahead of use
+ * once the order is known (strata/prefetcher.hpp, docs/prefetch.md). The
+ * prefetcher borrows `comm` until it is destroyed. Errors:
+ * INVALID_ARGUMENT (unknown handle, already sharded, a shard that is not
+ * whole elements, a null or destroyed comm, a comm on another device). */
+STRATA_C_API strata_status strata_prefetcher_add_sharded(strata_prefetcher* p, uint64_t handle,
+                                                         strata_comm* comm, void* comm_stream,
+                                                         strata_dtype type);
 
 /* The prefetcher's counters as one JSON object, freed with
  * strata_string_free. */

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "collectives/rank_set.hpp"
+#include "strata/c_extension.hpp"
+#include "strata/prefetch.h"
 #include "strata/prefetcher.hpp"
 #include "strata/residency.hpp"
 
@@ -197,6 +199,64 @@ TEST(ShardedFetch, MistakesAreRefused) {
   EXPECT_TRUE(st.manager->unregister(*odd).ok());
   EXPECT_EQ(st.fetch->release(h, job.ranks.stream(0).native).code(), errc::invalid_argument)
       << "released without an acquire";
+}
+
+// The same through the C API (strata/prefetch.h, strata/collectives.h),
+// one step on two ranks driven by one thread: the gathers only queue, so
+// the ranks' acquires may alternate.
+TEST(ShardedFetch, TheCApiGathersAndKeepsItsCommunicator) {
+  strata_allocator* alloc[2] = {nullptr, nullptr};
+  strata_comm* comm[2] = {nullptr, nullptr};
+  strata_residency* res[2] = {nullptr, nullptr};
+  strata_prefetcher* fetch[2] = {nullptr, nullptr};
+  std::uint64_t shard[2] = {0, 0};
+  const std::size_t per = full_floats / 2;
+  const std::vector<float> want = original(0);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(strata_allocator_create("device:sim:capacity=64MiB", &alloc[r]), STRATA_OK);
+  }
+  ASSERT_EQ(strata_comm_create_local(alloc, 2, nullptr, comm), STRATA_OK);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(strata_residency_create(alloc[r], "host_chunk:2MiB", &res[r]), STRATA_OK)
+        << strata_last_error_message();
+    ASSERT_EQ(strata_prefetcher_create(res[r], "", &fetch[r]), STRATA_OK);
+    ASSERT_EQ(strata_residency_register(res[r], per * sizeof(float), STRATA_BUFFER_PARAMETER,
+                                        STRATA_EVICTABLE, &shard[r]),
+              STRATA_OK);
+    void* d = nullptr;
+    ASSERT_EQ(strata_residency_acquire(res[r], shard[r], nullptr, &d), STRATA_OK);
+    std::memcpy(d, want.data() + static_cast<std::size_t>(r) * per, per * sizeof(float));
+    ASSERT_EQ(strata_residency_release(res[r], shard[r], nullptr), STRATA_OK);
+    ASSERT_EQ(strata_prefetcher_add_sharded(fetch[r], shard[r], comm[r], nullptr, STRATA_F32),
+              STRATA_OK)
+        << strata_last_error_message();
+  }
+  EXPECT_EQ(strata_prefetcher_add_sharded(fetch[0], shard[0], comm[0], nullptr,
+                                          static_cast<strata_dtype>(5)),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_comm_destroy(comm[0]), STRATA_ERROR_INVALID_ARGUMENT)
+      << "the prefetcher still uses it";
+  void* full[2] = {nullptr, nullptr};
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(
+        strata_prefetcher_acquire_mode(fetch[r], shard[r], nullptr, STRATA_READ_ONLY, &full[r]),
+        STRATA_OK)
+        << strata_last_error_message();
+  }
+  for (int r = 0; r < 2; ++r) {
+    strata::allocator* a = strata::c_api::borrow(alloc[r]);
+    ASSERT_TRUE(a->dev().synchronize_stream({}).ok());
+    strata::c_api::give_back(alloc[r]);
+    EXPECT_EQ(std::memcmp(full[r], want.data(), full_floats * sizeof(float)), 0) << "rank " << r;
+    ASSERT_EQ(strata_prefetcher_release(fetch[r], shard[r], nullptr), STRATA_OK);
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(strata_prefetcher_destroy(fetch[r]), STRATA_OK);
+    ASSERT_EQ(strata_residency_unregister(res[r], shard[r]), STRATA_OK);
+    ASSERT_EQ(strata_residency_destroy(res[r]), STRATA_OK);
+  }
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(strata_comm_destroy(comm[r]), STRATA_OK);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(strata_allocator_destroy(alloc[r]), STRATA_OK);
 }
 
 }  // namespace

@@ -1,0 +1,138 @@
+// The gradient buckets' C API (strata/gradients.h); handles and errors as
+// strata/c_extension.hpp describes. A handle owns its buckets and borrows
+// its communicator until destroyed.
+#include <atomic>
+#include <vector>
+
+#include "strata/c_extension.hpp"
+#include "strata/gradient_buckets.hpp"
+#include "strata/gradients.h"
+
+struct strata_gradient_buckets {
+  std::atomic<strata::gradient_buckets*> impl{nullptr};
+  strata_comm* comm = nullptr;  // borrowed until these buckets are destroyed
+};
+
+namespace {
+
+using strata::c_api::fail;
+using strata::c_api::to_c;
+
+strata::gradient_buckets* get(strata_gradient_buckets* b) {
+  return b == nullptr ? nullptr : b->impl.load(std::memory_order_acquire);
+}
+
+strata_status no_buckets(strata_gradient_buckets* b) {
+  return fail(strata::errc::invalid_argument, b == nullptr ? "null gradient buckets handle"
+                                                           : "the gradient buckets were destroyed");
+}
+
+strata_status null_output() {
+  return fail(strata::errc::invalid_argument, "null output pointer");
+}
+
+strata::result<std::unique_ptr<strata::gradient_buckets>> make(strata::communicator& comm,
+                                                               const strata_gradient_param* params,
+                                                               std::size_t n, void* comm_stream,
+                                                               const char* conf) {
+  std::vector<strata::gradient_param> ps;
+  for (std::size_t p = 0; p < n; ++p) {
+    auto t = strata::c_api::dtype_of(params[p].type);
+    if (!t) return t.error();
+    ps.push_back({params[p].count, *t});
+  }
+  auto all =
+      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  if (!all) return all.error();
+  auto options = strata::bucket_options_from(*all);
+  if (!options) return options.error();
+  return strata::gradient_buckets::create(comm, ps, strata::stream_handle{comm_stream}, *options);
+}
+
+}  // namespace
+
+extern "C" {
+
+strata_status strata_gradient_buckets_create(strata_comm* comm, const strata_gradient_param* params,
+                                             size_t n, void* comm_stream, const char* conf,
+                                             strata_gradient_buckets** out) {
+  if (out == nullptr) return null_output();
+  if (params == nullptr && n > 0) {
+    return fail(strata::errc::invalid_argument, "null parameter list");
+  }
+  strata::communicator* c = strata::c_api::borrow(comm);
+  if (c == nullptr) return fail(strata::errc::invalid_argument, "null or destroyed communicator");
+  auto made = make(*c, params, n, comm_stream, conf);
+  if (!made) {
+    strata::c_api::give_back(comm);
+    return fail(made.error());
+  }
+  auto* handle = strata::c_api::new_slot<strata_gradient_buckets>();
+  handle->comm = comm;
+  handle->impl.store(made->release(), std::memory_order_release);
+  *out = handle;
+  return STRATA_OK;
+}
+
+strata_status strata_gradient_buckets_destroy(strata_gradient_buckets* b) {
+  if (b == nullptr) return no_buckets(b);
+  strata::gradient_buckets* impl = b->impl.exchange(nullptr, std::memory_order_acq_rel);
+  if (impl == nullptr) return no_buckets(b);
+  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  strata::c_api::give_back(b->comm);
+  return STRATA_OK;
+}
+
+strata_status strata_gradient_buckets_grad(strata_gradient_buckets* b, size_t p, void** out) {
+  strata::gradient_buckets* impl = get(b);
+  if (impl == nullptr) return no_buckets(b);
+  if (out == nullptr) return null_output();
+  void* g = impl->grad(p);
+  if (g == nullptr) return fail(strata::errc::invalid_argument, "unknown parameter");
+  *out = g;
+  return STRATA_OK;
+}
+
+strata_status strata_gradient_buckets_zero(strata_gradient_buckets* b, void* stream) {
+  strata::gradient_buckets* impl = get(b);
+  return impl != nullptr ? to_c(impl->zero(strata::stream_handle{stream})) : no_buckets(b);
+}
+
+strata_status strata_gradient_buckets_mark_ready(strata_gradient_buckets* b, size_t p,
+                                                 void* producer) {
+  strata::gradient_buckets* impl = get(b);
+  return impl != nullptr ? to_c(impl->mark_ready(p, strata::stream_handle{producer}))
+                         : no_buckets(b);
+}
+
+strata_status strata_gradient_buckets_finish(strata_gradient_buckets* b, void* consumer) {
+  strata::gradient_buckets* impl = get(b);
+  return impl != nullptr ? to_c(impl->finish(strata::stream_handle{consumer})) : no_buckets(b);
+}
+
+strata_status strata_gradient_buckets_no_sync(strata_gradient_buckets* b, int on) {
+  strata::gradient_buckets* impl = get(b);
+  if (impl == nullptr) return no_buckets(b);
+  impl->no_sync(on != 0);
+  return STRATA_OK;
+}
+
+strata_status strata_gradient_buckets_stats_json(strata_gradient_buckets* b, char** out) {
+  strata::gradient_buckets* impl = get(b);
+  if (impl == nullptr) return no_buckets(b);
+  const strata::gradient_buckets::counters c = impl->stats();
+  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
+  const strata::stat_map m{{"steps", v(c.steps)},
+                           {"reductions", v(c.reductions)},
+                           {"bytes_reduced", v(c.bytes_reduced)},
+                           {"bytes_copied", v(c.bytes_copied)},
+                           {"bytes_cast", v(c.bytes_cast)},
+                           {"rebuilds", v(c.rebuilds)},
+                           {"buckets", v(c.buckets)},
+                           {"staging_bytes", v(c.staging_bytes)},
+                           {"gradient_bytes", v(c.gradient_bytes)},
+                           {"registered_bytes", v(c.registered_bytes)}};
+  return strata::c_api::copy_out(m, out);
+}
+
+}  // extern "C"
