@@ -94,16 +94,15 @@ TEST(CollectivesCApi, GradientBucketsAverageAcrossRanks) {
   }
   EXPECT_EQ(strata_comm_destroy(ranks.comm[0]), STRATA_ERROR_INVALID_ARGUMENT)
       << "the buckets still use it";
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(strata_gradient_buckets_zero(b[r], nullptr), STRATA_OK);
-    for (std::size_t p = 0; p < 3; ++p) {
-      void* g = nullptr;
-      ASSERT_EQ(strata_gradient_buckets_grad(b[r], p, &g), STRATA_OK);
-      ASSERT_EQ(strata_gradient_buckets_mark_ready(b[r], 2 - p, nullptr), STRATA_OK);
-      (void)g;
+  for (strata_gradient_buckets* h : b) {
+    ASSERT_EQ(strata_gradient_buckets_zero(h, nullptr), STRATA_OK);
+    for (std::size_t p = 3; p-- > 0;) {
+      ASSERT_EQ(strata_gradient_buckets_mark_ready(h, p, nullptr), STRATA_OK);
     }
   }
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(strata_gradient_buckets_finish(b[r], nullptr), STRATA_OK);
+  for (strata_gradient_buckets* h : b) {
+    ASSERT_EQ(strata_gradient_buckets_finish(h, nullptr), STRATA_OK);
+  }
   // Step 2 (after the rebuild): rank r writes r + 1 everywhere; the average
   // is 1.5.
   for (int r = 0; r < 2; ++r) {
@@ -115,7 +114,7 @@ TEST(CollectivesCApi, GradientBucketsAverageAcrossRanks) {
       for (std::size_t i = 0; i < params[p].count; ++i) f[i] = static_cast<float>(r + 1);
     }
   }
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(c_backward_done(b[r], 3), STRATA_OK);
+  for (strata_gradient_buckets* h : b) ASSERT_EQ(c_backward_done(h, 3), STRATA_OK);
   for (int r = 0; r < 2; ++r) {
     ranks.wait(r);
     void* g = nullptr;
