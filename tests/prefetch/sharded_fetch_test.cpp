@@ -60,7 +60,8 @@ struct sharded_job {
   std::vector<rank_state> at;
   std::vector<std::vector<float>> originals;
 
-  sharded_job(int n, std::uint64_t reuse_distance) : ranks(n) {
+  sharded_job(int n, std::uint64_t reuse_distance, comm_kind kind = comm_kind::local)
+      : ranks(n, kind) {
     for (std::size_t p = 0; p < params; ++p) originals.push_back(original(p));
     const std::size_t per = full_floats / static_cast<std::size_t>(n);
     for (int r = 0; r < n; ++r) {
@@ -134,13 +135,23 @@ struct sharded_job {
   }
 };
 
-class ShardedFetch : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(Ranks, ShardedFetch, ::testing::Values(2, 4, 8),
-                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+class ShardedFetch : public ::testing::TestWithParam<std::tuple<int, comm_kind>> {};
+// The nccl cases run under ctest over the stand-in driver and NCCL (their
+// names carry "nccl"; ctest's fakenccl.* entries).
+INSTANTIATE_TEST_SUITE_P(Ranks, ShardedFetch,
+                         ::testing::Combine(::testing::Values(2, 4, 8),
+                                            ::testing::Values(comm_kind::local, comm_kind::nccl)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  kind_name(std::get<1>(info.param));
+                         });
 
 TEST_P(ShardedFetch, GatheredAheadOfUseTheParametersEqualTheOriginals) {
-  const int n = GetParam();
-  sharded_job job(n, 0);
+  const auto [n, kind] = GetParam();
+  if (kind == comm_kind::nccl && !nccl_expected()) {
+    GTEST_SKIP() << "test skipped: the nccl cases run over the stand-in NCCL (ctest fakenccl.*)";
+  }
+  sharded_job job(n, 0, kind);
   ASSERT_EQ(job.at.size(), static_cast<std::size_t>(n));
   job.run_steps(4);
   for (int r = 0; r < n; ++r) {
