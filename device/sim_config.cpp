@@ -40,7 +40,7 @@ std::uint64_t* fault(sim_config& c, sim_fault f) {
   return &c.fail_after[static_cast<std::size_t>(f)];
 }
 
-const std::array<spec, 12> table{{
+const std::array<spec, 13> table{{
     {{.name = "capacity",
       .kind = value_kind::bytes,
       .min = 4096,
@@ -71,6 +71,13 @@ const std::array<spec, 12> table{{
              "program loaded) becomes a new stream of its own on first use instead of an "
              "\"unknown stream\" error; the preload shim's tests use it"},
      [](sim_config& c) -> option_field { return &c.adopt_streams; }},
+    {{.name = "data",
+      .kind = value_kind::text,
+      .unit = "`host` or `none`",
+      .doc = "`none`: timing only (`strata plan`): pages, mappings and capacity are accounted as "
+             "with `host`, copies and memsets take their modeled time but move no bytes, and "
+             "the host cannot use the memory"},
+     [](sim_config& c) -> option_field { return &c.data; }},
     {fault_after("fail_create_page_after",
                  "after N successful `create_pages`, the next one fails once with "
                  "`injected_fault`"),
@@ -95,6 +102,9 @@ result<sim_config> parse_sim_config(std::string_view text) {
   sim_config config;
   if (auto s = apply_options(sim_config_table(), *options, config, "sim device spec"); !s) {
     return s;
+  }
+  if (config.data != "host" && config.data != "none") {
+    return invalid("bad value for 'data': `" + config.data + "` is not `host` or `none`");
   }
   if (config.capacity < config.granularity || config.capacity % config.granularity != 0) {
     return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +

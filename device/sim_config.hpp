@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "strata/error.hpp"
@@ -44,6 +45,12 @@ struct sim_config {
   /// own on first use (as handles from a CUDA runtime would), instead of an
   /// "unknown stream" error.
   bool adopt_streams = false;
+  /// "host": memory holds bytes and copies move them. "none" (timing only,
+  /// for plans): pages, mappings and capacity are accounted exactly as
+  /// with "host", but copies and memsets take their modeled time and move
+  /// nothing, so untouched device memory costs the host nothing; the host
+  /// cannot use the memory (memory_is_host() is false).
+  std::string data = "host";
   /// For each sim_fault: the number of calls that succeed before one fails
   /// (once); sim_fault_never disables it.
   std::array<std::uint64_t, sim_fault_count> fail_after{sim_fault_never, sim_fault_never,

@@ -97,7 +97,7 @@ status sim_device::count_call(sim_fault fault, const char* what) {
 
 std::string sim_device::do_name() const {
   return "sim (capacity " + format_bytes(config_.capacity) + ", granularity " +
-         format_bytes(config_.granularity) + ")";
+         format_bytes(config_.granularity) + (config_.data == "none" ? ", timing only" : "") + ")";
 }
 
 result<memory_info> sim_device::do_get_memory_info() {
@@ -280,8 +280,11 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   if (!s) return s.error();
   if (auto f = count_call(sim_fault::copy, "copy_async"); !f) return f;
   const double seconds = copy_seconds(bytes, direction);
-  (*s)->enqueue([dst, src, bytes, seconds] {
-    within_modeled_time(seconds, [&] { std::memmove(dst, src, bytes); });
+  const bool moves = config_.data == "host";
+  (*s)->enqueue([dst, src, bytes, seconds, moves] {
+    within_modeled_time(seconds, [&] {
+      if (moves) std::memmove(dst, src, bytes);
+    });
   });
   return {};
 }
@@ -293,8 +296,11 @@ status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t b
   if (!s) return s.error();
   // Modeled as a device-to-device copy of the same size.
   const double seconds = copy_seconds(bytes, copy_direction::device_to_device);
-  (*s)->enqueue([dst, value, bytes, seconds] {
-    within_modeled_time(seconds, [&] { std::memset(dst, value, bytes); });
+  const bool moves = config_.data == "host";
+  (*s)->enqueue([dst, value, bytes, seconds, moves] {
+    within_modeled_time(seconds, [&] {
+      if (moves) std::memset(dst, value, bytes);
+    });
   });
   return {};
 }

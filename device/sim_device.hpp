@@ -46,7 +46,7 @@ class sim_device final : public device {
   sim_device(const sim_config& config, std::unique_ptr<sim_memory> memory);
 
   [[nodiscard]] std::string do_name() const override;
-  [[nodiscard]] bool do_memory_is_host() const noexcept override { return true; }
+  [[nodiscard]] bool do_memory_is_host() const noexcept override { return config_.data == "host"; }
   result<memory_info> do_get_memory_info() override;
   result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) override;
   status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;

@@ -158,6 +158,34 @@ TEST(SimMemory, HostSeesMappedBytesAndAliases) {
   EXPECT_TRUE(d->free_reservation(*base, 2 * g).ok());
 }
 
+// data=none (timing only): capacity is accounted as ever, a copy moves no
+// byte, and a device far larger than this machine's memory is usable.
+TEST(SimMemory, TimingOnlyDataMovesNoBytes) {
+  auto d = open_ok("sim:capacity=4TiB,data=none");
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->memory_is_host());
+  EXPECT_NE(d->name().find("timing only"), std::string::npos) << d->name();
+  const std::size_t big = std::size_t{1} << 40;  // 1 TiB of device memory, never touched
+  auto base = d->reserve(big);
+  auto run = d->create_pages(big);
+  ASSERT_TRUE(base.ok() && run.ok());
+  ASSERT_TRUE(d->map(*base, big, *run, 0).ok());
+  ASSERT_TRUE(d->set_access(*base, big).ok());
+  EXPECT_EQ(d->get_memory_info()->free, (std::size_t{3} << 40)) << "capacity is accounted";
+  EXPECT_EQ(d->create_pages(std::size_t{4} << 40).code(), errc::out_of_memory);
+  std::vector<unsigned char> src(1 << 20, 0xab);
+  auto* dst = reinterpret_cast<unsigned char*>(*base);
+  ASSERT_TRUE(d->copy_async(dst, src.data(), src.size(), copy_direction::host_to_device, {}).ok());
+  ASSERT_TRUE(d->memset_async(dst + (1 << 20), 0xcd, 1 << 20, {}).ok());
+  ASSERT_TRUE(d->synchronize().ok());
+  EXPECT_EQ(dst[0], 0) << "the copy moved bytes";
+  EXPECT_EQ(dst[(1 << 20) + 5], 0) << "the memset wrote bytes";
+  EXPECT_TRUE(d->unmap(*base, big).ok());
+  EXPECT_TRUE(d->release_pages(*run).ok());
+  EXPECT_TRUE(d->free_reservation(*base, big).ok());
+  EXPECT_EQ(open_device("sim:data=maybe").code(), errc::invalid_argument);
+}
+
 TEST(SimMemory, MappedMemoryIsInaccessibleUntilSetAccess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto d = open_ok("sim:capacity=16MiB");
