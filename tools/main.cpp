@@ -5,6 +5,7 @@
 #include <string>
 
 #include "demo_command.hpp"
+#include "plan_command.hpp"
 #include "replay_command.hpp"
 
 int main(int argc, char** argv) try {
@@ -40,6 +41,59 @@ int main(int argc, char** argv) try {
                      "snapshot pickle");
   replay->add_flag("--quiet", ro.quiet, "Print nothing but errors and warnings");
 
+  strata::plan_command_options po;
+  auto* plan = app.add_subcommand(
+      "plan",
+      "Will a training job fit: run its step's allocations through Strata on simulated GPUs of "
+      "your size and estimate the step (docs/plan.md)");
+  plan->add_option("--model", po.model, "A preset: llama2-7b, qwen2.5-7b, chatglm3-6b, gpt2, ...");
+  plan->add_option("--layers", po.shape.layers, "Custom shape: transformer layers");
+  plan->add_option("--hidden", po.shape.hidden, "Custom shape: hidden size");
+  plan->add_option("--heads", po.shape.heads, "Custom shape: attention heads");
+  plan->add_option("--kv-heads", po.shape.kv_heads, "Custom shape: K/V heads (default: --heads)");
+  plan->add_option("--ffn", po.shape.ffn, "Custom shape: FFN size (default: 4 x hidden)");
+  plan->add_option("--vocab", po.shape.vocab, "Custom shape: vocabulary");
+  plan->add_flag("--tied", po.shape.tied_embeddings, "Custom shape: the LM head is the embedding");
+  plan->add_option("--gpus", po.setup.gpus, "GPUs in all")->capture_default_str();
+  plan->add_option("--nodes", po.setup.nodes, "Nodes (dividing --gpus)")->capture_default_str();
+  plan->add_option("--gpu-memory", po.gpu_memory, "Each GPU's memory")->capture_default_str();
+  plan->add_option("--context-memory", po.context_memory,
+                   "Taken by the CUDA context and workspaces before the first tensor")
+      ->capture_default_str();
+  plan->add_option("--zero", po.setup.zero, "ZeRO stage: 0 (DDP), 1, 2, 3 (FSDP full shard)")
+      ->capture_default_str();
+  plan->add_flag("--hybrid-shard", po.setup.hybrid_shard,
+                 "FSDP hybrid shard: ZeRO-3 within a node, replicated across nodes");
+  plan->add_option("--batch", po.setup.micro_batch, "Micro-batch per GPU")->capture_default_str();
+  plan->add_option("--seq", po.setup.seq, "Sequence length in tokens")->capture_default_str();
+  plan->add_option("--grad-accum", po.setup.grad_accum, "Gradient accumulation steps")
+      ->capture_default_str();
+  plan->add_option("--dtype", po.dtype, "bf16 (mixed, fp32 master) or fp32")->capture_default_str();
+  plan->add_option("--lora", po.setup.lora_rank, "LoRA rank (0: full fine-tuning)")
+      ->capture_default_str();
+  plan->add_flag("--lora-mlp", po.setup.lora_mlp, "LoRA on the MLP too (default: attention)");
+  plan->add_flag("--checkpointing", po.setup.checkpointing, "Activation checkpointing per layer");
+  plan->add_flag("--eager-attention", po.eager_attention,
+                 "Keep the s x s attention scores (default: flash attention)");
+  plan->add_option("--offload-optimizer", po.offload_optimizer, "none, host or nvme")
+      ->capture_default_str();
+  plan->add_option("--offload-params", po.offload_params, "none, host or nvme (ZeRO-3)")
+      ->capture_default_str();
+  plan->add_option("--tflops", po.setup.rates.tflops, "Achieved TFLOP/s per GPU (bf16)")
+      ->capture_default_str();
+  plan->add_option("--nvlink-gbps", po.setup.rates.nvlink_gbps,
+                   "Collective bus bandwidth within a node, GB/s")
+      ->capture_default_str();
+  plan->add_option("--network-gbps", po.setup.rates.network_gbps,
+                   "Collective bus bandwidth across nodes, GB/s")
+      ->capture_default_str();
+  plan->add_option("--pcie-gbps", po.setup.rates.pcie_gbps, "Host <-> GPU, GB/s")
+      ->capture_default_str();
+  plan->add_option("--nvme-gbps", po.setup.rates.nvme_gbps, "NVMe per node, GB/s")
+      ->capture_default_str();
+  plan->add_flag("--search", po.search, "Find the largest micro-batch that fits");
+  plan->add_option("--json", po.json_out, "Write the plan as JSON to this file ('-': stdout)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -48,6 +102,7 @@ int main(int argc, char** argv) try {
   }
   if (*demo) return strata::run_demo(spec);
   if (*replay) return strata::run_replay(ro);
+  if (*plan) return strata::run_plan(po);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "strata: %s\n", e.what());

@@ -1,0 +1,229 @@
+// strata plan: the presets' parameter counts, model states against
+// DeepSpeed's estimators, activation bytes against Korthikanti et al.'s
+// count, the scenarios of docs/plan.md as verdicts, the same peak with and
+// without data, --search, and the errors for bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plan/layer_activations.hpp"
+#include "plan/planner.hpp"
+
+namespace strata::plan {
+namespace {
+
+plan_setup preset(const char* name) {
+  plan_setup s;
+  auto m = find_model(name);
+  EXPECT_TRUE(m.ok()) << name;
+  if (m) s.model = *m;
+  return s;
+}
+
+double billions(const char* name) {
+  return static_cast<double>(total_params(preset(name).model)) / 1e9;
+}
+
+TEST(PlanModels, PresetsHaveTheirPublishedSizes) {
+  EXPECT_NEAR(billions("llama2-7b"), 6.74, 0.01);
+  EXPECT_NEAR(billions("llama2-13b"), 13.02, 0.01);
+  EXPECT_NEAR(billions("llama2-70b"), 68.98, 0.01);
+  EXPECT_NEAR(billions("llama3-8b"), 8.03, 0.01);
+  EXPECT_NEAR(billions("qwen2.5-7b"), 7.62, 0.01);
+  EXPECT_NEAR(billions("qwen2.5-0.5b"), 0.494, 0.001);
+  EXPECT_NEAR(billions("chatglm3-6b"), 6.24, 0.01);
+  EXPECT_NEAR(billions("gpt2"), 0.1244, 0.0001);
+  EXPECT_NEAR(billions("gpt2-xl"), 1.558, 0.001);
+  EXPECT_EQ(find_model("LLaMA2-7B").code(), errc::ok);
+  const auto unknown = find_model("llama9-1t");
+  EXPECT_EQ(unknown.code(), errc::invalid_argument);
+  EXPECT_NE(unknown.error().message().find("qwen2.5-7b"), std::string::npos)
+      << "the error lists the presets";
+}
+
+// Strata's model-state tensors add up to DeepSpeed's estimate less its 4L
+// working term, for ZeRO-1/2/3 with and without offload.
+TEST(PlanModelStates, EqualDeepSpeedsEstimators) {
+  struct row {
+    int zero;
+    offload_to optimizer;
+    offload_to params;
+  };
+  for (const row r :
+       {row{1, offload_to::none, offload_to::none}, row{2, offload_to::none, offload_to::none},
+        row{2, offload_to::host, offload_to::none}, row{3, offload_to::none, offload_to::none},
+        row{3, offload_to::host, offload_to::none}, row{3, offload_to::host, offload_to::host}}) {
+    plan_setup s = preset("llama2-13b");
+    s.gpus = 8;
+    s.zero = r.zero;
+    s.optimizer = r.optimizer;
+    s.params = r.params;
+    const published_figure ds = deepspeed_estimate(s);
+    ASSERT_TRUE(ds.applies);
+    const double ours = static_cast<double>(sum_model_states(s).gpu_total());
+    const double theirs = static_cast<double>(ds.gpu - ds.working);
+    // Each tensor rounds its partition up to whole elements.
+    EXPECT_NEAR(ours, theirs, 1e-6 * theirs + 64.0 * 8) << "ZeRO-" << r.zero << " " << ds.formula;
+  }
+  plan_setup ddp = preset("llama2-7b");
+  ddp.gpus = 4;
+  const published_figure paper = zero_paper_figure(ddp);
+  ASSERT_TRUE(paper.applies);
+  EXPECT_EQ(sum_model_states(ddp).gpu_total(), 16 * total_params(ddp.model));
+  EXPECT_NEAR(static_cast<double>(paper.gpu), 16.0 * static_cast<double>(total_params(ddp.model)),
+              1.0);
+  ddp.lora_rank = 8;
+  EXPECT_FALSE(deepspeed_estimate(ddp).applies) << "the formulas assume every parameter trains";
+}
+
+// GPT-2's layer: Korthikanti et al.'s 34 s b h + 5 a s^2 b, term by term.
+TEST(PlanActivations, AGpt2LayerMatchesTheStandardCount) {
+  for (const bool flash : {false, true}) {
+    plan_setup s = preset("gpt2-medium");
+    s.micro_batch = 4;
+    s.seq = 1024;
+    s.flash_attention = flash;
+    const double ours = static_cast<double>(layer_activation_bytes(s));
+    const double standard = static_cast<double>(korthikanti_layer_bytes(s));
+    EXPECT_NEAR(ours / standard, 1.0, 0.05) << (flash ? "flash" : "eager");
+  }
+}
+
+// The scenarios of docs/plan.md.
+TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
+  plan_setup s = preset("qwen2.5-7b");
+  s.gpus = 8;
+  s.zero = 3;
+  s.lora_rank = 16;
+  s.seq = 4096;
+  s.micro_batch = 4;
+  auto p = make_plan(s);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  EXPECT_FALSE(p->memory.fits);
+  EXPECT_NE(p->memory.failed_phase.find("forward"), std::string::npos);
+  EXPECT_GT(p->memory.by_category[static_cast<int>(category::activations)], p->memory.usable / 2);
+  auto fixes = find_fixes(p->setup);
+  ASSERT_TRUE(fixes.ok());
+  bool checkpointing = false;
+  for (const fix& f : *fixes) {
+    EXPECT_TRUE(f.plan.memory.fits) << f.change;
+    checkpointing = checkpointing || f.change == "activation checkpointing";
+  }
+  EXPECT_TRUE(checkpointing);
+  for (std::size_t i = 1; i < fixes->size(); ++i) {
+    EXPECT_LE((*fixes)[i - 1].plan.time.total(), (*fixes)[i].plan.time.total()) << "ranked";
+  }
+  const std::string text = plan_text(*p, *fixes);
+  EXPECT_NE(text.find("DOES NOT FIT"), std::string::npos) << text;
+  EXPECT_NE(text.find("Why: activations"), std::string::npos) << text;
+}
+
+TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates) {
+  plan_setup s;
+  s.model = {.name = "custom-10b",
+             .layers = 50,
+             .hidden = 4096,
+             .heads = 32,
+             .kv_heads = 32,
+             .ffn = 16384,
+             .vocab = 50257,
+             .gated_ffn = false};
+  s.dtype = precision::fp32;
+  s.seq = 1024;
+  ASSERT_NEAR(static_cast<double>(total_params(s.model)) / 1e9, 10.5, 0.5);
+  auto p = make_plan(s);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->memory.fits);
+  EXPECT_EQ(p->memory.failed_phase, "model states");
+  EXPECT_GT(p->states.gpu_total(), 80ULL << 30) << "16 bytes a parameter";
+  EXPECT_NE(plan_text(*p, {}).find("alone need"), std::string::npos);
+}
+
+TEST(PlanScenarios, SeventyBillionOnEightGpusFitsWithZero3AndHostOffload) {
+  plan_setup s = preset("llama2-70b");
+  s.gpus = 8;
+  s.zero = 3;
+  s.seq = 4096;
+  auto plain = make_plan(s);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->memory.fits) << "144 GiB of model states per GPU";
+  s.optimizer = offload_to::host;
+  s.params = offload_to::host;
+  s.checkpointing = true;
+  auto offloaded = make_plan(s);
+  ASSERT_TRUE(offloaded.ok());
+  EXPECT_TRUE(offloaded->memory.fits);
+  EXPECT_GT(offloaded->host_bytes, 1ULL << 40) << "the states live in host memory";
+}
+
+TEST(PlanScenarios, ChatGlm3At8kTokensDoesNotFitA24GigabyteCard) {
+  plan_setup s = preset("chatglm3-6b");
+  s.gpu_memory = 24ULL << 30;
+  s.seq = 8192;
+  s.lora_rank = 8;
+  auto p = make_plan(s);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->memory.fits);
+  s.checkpointing = true;
+  auto fixed = make_plan(s);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_TRUE(fixed->memory.fits) << "checkpointing makes LoRA at 8K fit";
+}
+
+// A job small enough to run with data gives the same peak as the plan.
+TEST(PlanRun, TimingOnlyAndWithDataGiveTheSamePeak) {
+  plan_setup s = preset("gpt2");
+  s.gpu_memory = 4ULL << 30;
+  s.context_memory = 256ULL << 20;
+  s.seq = 512;
+  s.micro_batch = 2;
+  const step_schedule schedule = make_step_schedule(s);
+  auto none = run_step(s, schedule, "none");
+  auto host = run_step(s, schedule, "host");
+  ASSERT_TRUE(none.ok() && host.ok());
+  EXPECT_TRUE(none->fits);
+  EXPECT_EQ(none->peak_reserved, host->peak_reserved);
+  EXPECT_EQ(none->peak_tensors, host->peak_tensors);
+  EXPECT_GE(none->peak_reserved, none->peak_tensors);
+}
+
+TEST(PlanSearch, FindsTheLargestMicroBatchThatFits) {
+  plan_setup s = preset("gpt2-large");
+  s.gpu_memory = 24ULL << 30;
+  s.seq = 1024;
+  auto found = largest_batch(s);
+  ASSERT_TRUE(found.ok());
+  ASSERT_GT(found->micro_batch, 1U);
+  EXPECT_TRUE(found->plan.memory.fits);
+  s.micro_batch = found->micro_batch + 1;
+  auto over = make_plan(s);
+  ASSERT_TRUE(over.ok());
+  EXPECT_FALSE(over->memory.fits) << "one more does not fit";
+}
+
+TEST(PlanSetup, BadInputIsAClearError) {
+  const auto error_of = [](const plan_setup& s) { return check_setup(s).message(); };
+  plan_setup s = preset("llama2-7b");
+  s.gpus = 0;
+  EXPECT_NE(error_of(s).find("--gpus"), std::string::npos);
+  s = preset("llama2-70b");
+  s.gpu_memory = 2ULL << 30;
+  EXPECT_NE(error_of(s).find("smaller than one layer"), std::string::npos) << error_of(s);
+  s = preset("llama2-7b");
+  s.zero = 2;
+  s.params = offload_to::host;
+  EXPECT_NE(error_of(s).find("--offload-params needs --zero 3"), std::string::npos);
+  s = preset("llama2-7b");
+  s.optimizer = offload_to::nvme;
+  EXPECT_NE(error_of(s).find("--offload-optimizer needs"), std::string::npos);
+  s = preset("llama2-7b");
+  s.gpus = 6;
+  s.nodes = 4;
+  EXPECT_NE(error_of(s).find("--nodes must divide"), std::string::npos);
+  s = preset("llama2-7b");
+  s.seq = 0;
+  EXPECT_EQ(make_plan(s).code(), errc::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::plan

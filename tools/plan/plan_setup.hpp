@@ -1,0 +1,67 @@
+// What a plan is asked about: the model, the parallel setup, the offload
+// choices and the hardware rates the step-time model uses.
+//
+// Thread safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan/model_shape.hpp"
+
+namespace strata::plan {
+
+enum class precision : std::uint8_t {
+  bf16_mixed,  ///< bf16 parameters and gradients, fp32 master copy and Adam state
+  fp32         ///< everything fp32
+};
+enum class offload_to : std::uint8_t { none, host, nvme };
+
+/// The rates of the step-time model (docs/plan.md): achieved, not peak.
+struct hardware_rates {
+  double tflops = 400;       ///< achieved dense TFLOP/s per GPU (bf16; fp32 at 1/8 of it)
+  double nvlink_gbps = 150;  ///< collective bus bandwidth within a node, GB/s per GPU
+  double network_gbps = 25;  ///< collective bus bandwidth across nodes, GB/s per GPU
+  double pcie_gbps = 25;     ///< host <-> device, GB/s per GPU
+  double nvme_gbps = 3;      ///< NVMe read or write, GB/s per node
+  /// CPU Adam, 10^9 parameters per second per node (ZeRO-Offload's
+  /// CPU-Adam: about 0.25 s for 10^9 parameters on one server)
+  double host_adam_gparams = 4.0;
+};
+
+struct plan_setup {
+  model_shape model;
+  std::uint64_t gpus = 1;
+  std::uint64_t nodes = 1;
+  std::uint64_t gpu_memory = 80ULL << 30;
+  /// Held by the CUDA context, kernels' workspaces and the framework
+  /// before the first tensor: not available to the allocator.
+  std::uint64_t context_memory = 1ULL << 30;
+  int zero = 0;               ///< 0 (DDP), 1, 2 or 3 (FSDP full shard)
+  bool hybrid_shard = false;  ///< FSDP hybrid: ZeRO-3 within a node, replicas across nodes
+  std::uint64_t micro_batch = 1;
+  std::uint64_t seq = 2048;
+  std::uint64_t grad_accum = 1;
+  precision dtype = precision::bf16_mixed;
+  std::uint64_t lora_rank = 0;  ///< 0: full fine-tuning
+  bool lora_mlp = false;        ///< LoRA on the FFN matrices too (default: attention only)
+  bool checkpointing = false;
+  bool flash_attention = true;  ///< false: the s x s scores are kept (eager attention)
+  offload_to optimizer = offload_to::none;
+  offload_to params = offload_to::none;
+  hardware_rates rates{};
+};
+
+/// invalid_argument naming what is wrong: no GPUs, nodes not dividing the
+/// GPUs, a zero batch or sequence, a bad ZeRO stage, parameter offload
+/// without ZeRO-3, optimizer offload without ZeRO, memory smaller than the
+/// context or than one layer's parameters, a bad shape.
+status check_setup(const plan_setup& s);
+
+/// GPUs a parameter is sharded over: all of them, or a node's with hybrid
+/// sharding.
+[[nodiscard]] std::uint64_t shard_ranks(const plan_setup& s);
+/// Parameters that train: all, or the LoRA adapters'.
+[[nodiscard]] std::uint64_t trainable_params(const plan_setup& s);
+
+}  // namespace strata::plan

@@ -1,0 +1,145 @@
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <functional>
+
+namespace strata::plan {
+
+namespace {
+
+struct change {
+  const char* what;
+  std::function<bool(plan_setup&)> apply;  // false: does not apply to this setup
+};
+
+std::vector<change> changes(const plan_setup& base) {
+  std::vector<change> all;
+  all.push_back({"ZeRO-3 (parameters sharded too)", [](plan_setup& s) {
+                   if (s.zero == 3) return false;
+                   s.zero = 3;
+                   return true;
+                 }});
+  all.push_back({"optimizer state in host memory", [](plan_setup& s) {
+                   if (s.optimizer != offload_to::none) return false;
+                   s.optimizer = offload_to::host;
+                   s.zero = std::max(s.zero, 2);
+                   return true;
+                 }});
+  all.push_back({"optimizer state on NVMe", [](plan_setup& s) {
+                   if (s.optimizer == offload_to::nvme) return false;
+                   s.optimizer = offload_to::nvme;
+                   s.zero = std::max(s.zero, 2);
+                   return true;
+                 }});
+  all.push_back({"parameters in host memory (ZeRO-3)", [](plan_setup& s) {
+                   if (s.params != offload_to::none) return false;
+                   s.params = offload_to::host;
+                   s.zero = 3;
+                   return true;
+                 }});
+  all.push_back({"activation checkpointing", [](plan_setup& s) {
+                   if (s.checkpointing) return false;
+                   s.checkpointing = true;
+                   return true;
+                 }});
+  for (std::uint64_t b = base.micro_batch / 2; b >= 1; b /= 2) {
+    all.push_back({nullptr, [b, base](plan_setup& s) {
+                     if (s.micro_batch != base.micro_batch) return false;  // one batch change
+                     s.grad_accum = s.grad_accum * (base.micro_batch / b);
+                     s.micro_batch = b;
+                     return true;
+                   }});
+  }
+  return all;
+}
+
+std::string describe(const change& c, const plan_setup& after) {
+  if (c.what != nullptr) return c.what;
+  return "micro-batch " + std::to_string(after.micro_batch) + " with " +
+         std::to_string(after.grad_accum) + " accumulation steps";
+}
+
+}  // namespace
+
+result<plan_result> make_plan(const plan_setup& s) {
+  if (auto c = check_setup(s); !c) return c;
+  plan_result p;
+  p.setup = s;
+  auto memory = run_step(s, make_step_schedule(s));
+  if (!memory) return memory.error();
+  p.memory = *memory;
+  p.time = estimate_step_time(s);
+  p.states = sum_model_states(s);
+  p.deepspeed = deepspeed_estimate(s);
+  p.paper = zero_paper_figure(s);
+  const std::uint64_t per_node = s.gpus / s.nodes;
+  // Pinned staging for what moves: two of the largest module's fp32 state.
+  const std::uint64_t staging = (s.optimizer != offload_to::none || s.params != offload_to::none)
+                                    ? 2 * 16 * largest_module_params(s.model)
+                                    : 0;
+  p.host_bytes = p.states.host * per_node + staging * per_node;
+  p.nvme_bytes = p.states.nvme * per_node;
+  return p;
+}
+
+result<std::vector<fix>> find_fixes(const plan_setup& s) {
+  const std::vector<change> all = changes(s);
+  std::vector<fix> found;
+  // One change, else two, else three: the fewest changes first.
+  for (std::size_t k = 1; k <= 3 && found.empty(); ++k) {
+    std::vector<std::size_t> pick(k, 0);
+    const std::function<status(std::size_t, std::size_t)> choose = [&](std::size_t depth,
+                                                                       std::size_t from) -> status {
+      if (depth == k) {
+        plan_setup t = s;
+        std::string text;
+        for (const std::size_t i : pick) {
+          if (!all[i].apply(t)) return {};
+          text += (text.empty() ? "" : " + ") + describe(all[i], t);
+        }
+        if (!check_setup(t).ok()) return {};
+        auto p = make_plan(t);
+        if (!p) return p.error();
+        if (p->memory.fits) found.push_back({text, std::move(*p)});
+        return {};
+      }
+      for (std::size_t i = from; i < all.size(); ++i) {
+        pick[depth] = i;
+        if (auto st = choose(depth + 1, i + 1); !st) return st;
+      }
+      return {};
+    };
+    if (auto st = choose(0, 0); !st) return st;
+  }
+  std::sort(found.begin(), found.end(),
+            [](const fix& a, const fix& b) { return a.plan.time.total() < b.plan.time.total(); });
+  return found;
+}
+
+result<search_result> largest_batch(const plan_setup& s) {
+  search_result best;
+  plan_setup t = s;
+  std::uint64_t lo = 0;  // fits (0: none yet)
+  std::uint64_t hi = 0;  // does not fit (0: none yet)
+  std::uint64_t b = 1;
+  while (hi == 0 || hi - lo > 1) {
+    t.micro_batch = b;
+    auto p = make_plan(t);
+    if (!p) return p.error();
+    if (p->memory.fits) {
+      lo = b;
+      best = {b, std::move(*p)};
+    } else {
+      hi = b;
+    }
+    if (hi == 0) {
+      if (b > (1ULL << 20)) break;  // fits at any batch a person would ask for
+      b *= 2;
+    } else if (hi - lo > 1) {
+      b = lo + (hi - lo) / 2;
+    }
+  }
+  return best;
+}
+
+}  // namespace strata::plan

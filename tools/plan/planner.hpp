@@ -1,0 +1,51 @@
+// A plan: the step schedule run through the allocator, the step-time
+// model, the model-state figures, and, when the job does not fit, the
+// cheapest changes that make it fit (docs/plan.md).
+//
+// Thread safety: pure functions (each run makes its own allocator).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/model_states.hpp"
+#include "plan/step_run.hpp"
+#include "plan/step_time.hpp"
+
+namespace strata::plan {
+
+struct plan_result {
+  plan_setup setup;
+  step_memory memory;
+  step_time time;
+  model_state_bytes states;      ///< Strata's model-state tensors, by place
+  published_figure deepspeed;    ///< DeepSpeed's estimator for the same setup
+  published_figure paper;        ///< the ZeRO paper's figure
+  std::uint64_t host_bytes = 0;  ///< pinned host memory needed per node
+  std::uint64_t nvme_bytes = 0;  ///< NVMe space needed per node
+};
+
+/// One setup. Errors: check_setup's; the device's.
+result<plan_result> make_plan(const plan_setup& s);
+
+/// A change to the setup that makes it fit, with its plan.
+struct fix {
+  std::string change;  ///< "activation checkpointing", "optimizer state to host memory", ...
+  plan_result plan;
+};
+/// The changes (one, else two, else three together) that make `s` fit,
+/// fastest step first; empty when none does. Errors: as make_plan.
+result<std::vector<fix>> find_fixes(const plan_setup& s);
+
+/// The largest micro-batch that fits (0: not even 1), with its plan.
+struct search_result {
+  std::uint64_t micro_batch = 0;
+  plan_result plan;
+};
+result<search_result> largest_batch(const plan_setup& s);
+
+/// The report for people and as JSON.
+std::string plan_text(const plan_result& p, const std::vector<fix>& fixes);
+std::string plan_json(const plan_result& p, const std::vector<fix>& fixes);
+
+}  // namespace strata::plan

@@ -1,0 +1,65 @@
+#include "plan/step_run.hpp"
+
+#include <vector>
+
+#include "strata/strata.hpp"
+
+namespace strata::plan {
+
+result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule, const char* data) {
+  constexpr std::uint64_t granularity = 2ULL << 20;
+  step_memory m;
+  m.usable = (s.gpu_memory - s.context_memory) / granularity * granularity;
+  allocator_options o;
+  o.device = "sim:capacity=" + format_byte_option(m.usable) + ",data=" + data;
+  o.log_ooms = false;
+  std::unique_ptr<allocator> alloc;
+  try {
+    alloc = std::make_unique<allocator>(o);
+  } catch (const error& e) {
+    return e.to_status();
+  }
+  std::vector<void*> ptrs(schedule.tensors, nullptr);
+  std::vector<std::uint64_t> bytes(schedule.tensors, 0);
+  std::vector<category> kinds(schedule.tensors, category::activations);
+  std::uint64_t live[category_count] = {};
+  std::uint64_t live_total = 0;
+  std::size_t phase = 0;
+  for (const step_event& e : schedule.events) {
+    if (e.what == step_event::kind::phase) {
+      phase = e.id;
+      continue;
+    }
+    if (e.what == step_event::kind::free) {
+      if (auto f = alloc->try_free(ptrs[e.id]); !f) return f;
+      live[static_cast<std::size_t>(kinds[e.id])] -= bytes[e.id];
+      live_total -= bytes[e.id];
+      continue;
+    }
+    ++m.allocations;
+    auto p = alloc->try_malloc(e.bytes);
+    if (!p && p.code() == errc::out_of_memory) {
+      m.fits = false;
+      m.failed_phase = schedule.phases[phase];
+      m.failed_bytes = e.bytes;
+      m.free_at_failure = alloc->available_memory().free;
+      for (std::size_t c = 0; c < category_count; ++c) m.by_category[c] = live[c];
+      m.by_category[static_cast<std::size_t>(e.of)] += e.bytes;  // what it would have held
+      break;
+    }
+    if (!p) return p.error();
+    ptrs[e.id] = *p;
+    bytes[e.id] = e.bytes;
+    kinds[e.id] = e.of;
+    live[static_cast<std::size_t>(e.of)] += e.bytes;
+    live_total += e.bytes;
+    if (live_total > m.peak_tensors) {
+      m.peak_tensors = live_total;
+      for (std::size_t c = 0; c < category_count; ++c) m.by_category[c] = live[c];
+    }
+  }
+  m.peak_reserved = static_cast<std::uint64_t>(alloc->counters().reserved_bytes[pool_all].peak);
+  return m;
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,160 @@
+#include "plan/step_schedule.hpp"
+
+#include <algorithm>
+
+#include "plan/layer_activations.hpp"
+
+namespace strata::plan {
+
+namespace {
+
+// Builds the event list; ids are handed out in allocation order.
+class builder {
+ public:
+  explicit builder(step_schedule& out) : out_(out) {}
+  std::uint32_t alloc(category c, std::uint64_t bytes) {
+    const std::uint32_t id = out_.tensors++;
+    out_.events.push_back({step_event::kind::alloc, c, id, bytes});
+    return id;
+  }
+  void free(std::uint32_t id) { out_.events.push_back({step_event::kind::free, {}, id, 0}); }
+  void phase(std::string text) {
+    out_.events.push_back(
+        {step_event::kind::phase, {}, static_cast<std::uint32_t>(out_.phases.size()), 0});
+    out_.phases.push_back(std::move(text));
+  }
+
+ private:
+  step_schedule& out_;
+};
+
+struct layer_plan {
+  std::uint64_t gathered = 0;        // ZeRO-3: one layer's whole parameters (0 otherwise)
+  std::uint64_t outer_gathered = 0;  // ZeRO-3: the embedding and head
+  std::uint64_t layer_grads = 0;     // ZeRO-3: one layer's whole gradients, before reduce-scatter
+  std::uint64_t buckets = 0;         // gradient buckets' staging (0: views)
+  std::vector<std::uint64_t> saved;  // what a layer keeps for backward
+  std::uint64_t checkpoint = 0;      // with checkpointing: the layer's input
+  std::uint64_t scratch = 0;         // backward's activation gradients
+};
+
+layer_plan plan_layer(const plan_setup& s) {
+  layer_plan p;
+  const std::uint64_t w = s.dtype == precision::fp32 ? 4 : 2;
+  const std::uint64_t trainable_per_layer =
+      s.lora_rank > 0 ? trainable_params(s) / s.model.layers : layer_params(s.model);
+  if (s.zero == 3) {
+    p.gathered = layer_params(s.model) * w;
+    p.outer_gathered = outer_params(s.model) * w;
+    p.layer_grads = trainable_per_layer * w;
+  }
+  // Gradients that stream to an offloaded optimizer go through two
+  // bucket-sized staging buffers (Strata's 25 MiB buckets, double-buffered).
+  if (s.zero > 0 && s.zero < 3 && s.optimizer != offload_to::none) p.buckets = 2 * (25ULL << 20);
+  p.saved = layer_activation_tensors(s);
+  p.checkpoint = 2 * s.micro_batch * s.seq * s.model.hidden;
+  const std::uint64_t largest = *std::max_element(p.saved.begin(), p.saved.end());
+  p.scratch = 2 * largest;
+  return p;
+}
+
+void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
+             std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits) {
+  const std::uint64_t layers = s.model.layers;
+  const std::uint64_t tokens = s.micro_batch * s.seq;
+  const std::string mb = s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
+  b.phase("forward, embedding" + mb);
+  std::uint32_t outer = 0;
+  if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
+  std::uint32_t next = 0;
+  if (p.gathered > 0) next = b.alloc(category::collective_buffers, p.gathered);
+  if (p.outer_gathered > 0) b.free(outer);
+  for (std::uint64_t l = 0; l < layers; ++l) {
+    b.phase("forward, layer " + std::to_string(l) + mb);
+    const std::uint32_t mine = next;
+    if (p.gathered > 0 && l + 1 < layers) next = b.alloc(category::collective_buffers, p.gathered);
+    std::vector<std::uint32_t> ids;
+    for (const std::uint64_t t : p.saved) ids.push_back(b.alloc(category::activations, t));
+    if (s.checkpointing) {
+      // Only the input stays; the rest is recomputed in backward.
+      const std::uint32_t keep = b.alloc(category::activations, p.checkpoint);
+      for (const std::uint32_t id : ids) b.free(id);
+      ids = {keep};
+    }
+    saved.push_back(std::move(ids));
+    if (p.gathered > 0) b.free(mine);
+  }
+  b.phase("forward, logits and loss" + mb);
+  if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
+  logits = b.alloc(category::activations, tokens * s.model.vocab * 2);  // bf16 logits
+  const std::uint32_t upcast =
+      b.alloc(category::activations, tokens * s.model.vocab * 4);  // fp32 for the loss
+  b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
+  if (p.outer_gathered > 0) b.free(outer);
+}
+
+void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
+              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
+              const std::vector<std::uint32_t>& grads) {
+  const std::uint64_t layers = s.model.layers;
+  const std::uint64_t tokens = s.micro_batch * s.seq;
+  const std::string mb = s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
+  b.phase("backward, loss and logits" + mb);
+  std::uint32_t outer = 0;
+  if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
+  const std::uint32_t dlogits = b.alloc(category::activations, tokens * s.model.vocab * 4);
+  b.free(logits);
+  const std::uint32_t dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
+  b.free(dlogits);
+  if (p.outer_gathered > 0) b.free(outer);
+  std::uint32_t next = 0;
+  if (p.gathered > 0) next = b.alloc(category::collective_buffers, p.gathered);
+  for (std::uint64_t l = layers; l-- > 0;) {
+    b.phase("backward, layer " + std::to_string(l) + mb);
+    const std::uint32_t mine = next;
+    if (p.gathered > 0 && l > 0) next = b.alloc(category::collective_buffers, p.gathered);
+    std::vector<std::uint32_t> recomputed;
+    if (s.checkpointing) {
+      for (const std::uint64_t t : p.saved) recomputed.push_back(b.alloc(category::activations, t));
+    }
+    const std::uint32_t scratch = b.alloc(category::activations, p.scratch);
+    std::uint32_t layer_grads = 0;
+    if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
+    for (const std::uint32_t id : recomputed) b.free(id);
+    for (const std::uint32_t id : saved[l]) b.free(id);
+    b.free(scratch);
+    if (p.layer_grads > 0) b.free(layer_grads);  // reduce-scattered into its fp32 partition
+    if (p.gathered > 0) b.free(mine);
+  }
+  b.free(dhidden);
+  (void)grads;
+}
+
+}  // namespace
+
+step_schedule make_step_schedule(const plan_setup& s) {
+  step_schedule out;
+  builder b(out);
+  b.phase("model states");
+  std::vector<std::uint32_t> held;
+  for (const held_tensor& t : model_state_tensors(s)) {
+    if (t.where == place::gpu) held.push_back(b.alloc(t.what, t.bytes));
+  }
+  const layer_plan p = plan_layer(s);
+  std::vector<std::uint32_t> buckets;
+  if (p.buckets > 0) {
+    buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
+    buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
+  }
+  for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
+    std::vector<std::vector<std::uint32_t>> saved;
+    std::uint32_t logits = 0;
+    forward(b, s, p, micro, saved, logits);
+    backward(b, s, p, micro, saved, logits, held);
+  }
+  b.phase("optimizer step");
+  for (const std::uint32_t id : buckets) b.free(id);
+  return out;
+}
+
+}  // namespace strata::plan

@@ -1,0 +1,120 @@
+#include "plan_command.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include "plan/planner.hpp"
+#include "strata/option_table.hpp"
+
+namespace strata {
+
+namespace {
+
+int fail(const std::string& why) {
+  std::fprintf(stderr, "strata plan: %s\n", why.c_str());
+  return 1;
+}
+
+result<plan::offload_to> offload_of(const char* flag, const std::string& v) {
+  if (v == "none") return plan::offload_to::none;
+  if (v == "host") return plan::offload_to::host;
+  if (v == "nvme") return plan::offload_to::nvme;
+  return status{errc::invalid_argument,
+                std::string(flag) + " must be none, host or nvme, not '" + v + "'"};
+}
+
+// The setup from the command line's words and numbers.
+result<plan::plan_setup> setup_of(const plan_command_options& o) {
+  plan::plan_setup s = o.setup;
+  if (!o.model.empty()) {
+    auto m = plan::find_model(o.model);
+    if (!m) return m.error();
+    s.model = *m;
+  } else {
+    s.model = o.shape;
+    s.model.name = "custom";
+    if (s.model.kv_heads == 0) s.model.kv_heads = s.model.heads;
+    if (s.model.ffn == 0) s.model.ffn = 4 * s.model.hidden;
+    if (s.model.layers == 0 || s.model.hidden == 0) {
+      return status{errc::invalid_argument,
+                    "give --model (a preset) or the shape: --layers, --hidden, --heads, --vocab"};
+    }
+  }
+  auto memory = parse_byte_size("--gpu-memory", o.gpu_memory);
+  if (!memory) return memory.error();
+  s.gpu_memory = *memory;
+  auto context = parse_byte_size("--context-memory", o.context_memory);
+  if (!context) return context.error();
+  s.context_memory = *context;
+  if (o.dtype == "bf16") {
+    s.dtype = plan::precision::bf16_mixed;
+  } else if (o.dtype == "fp32") {
+    s.dtype = plan::precision::fp32;
+  } else {
+    return status{errc::invalid_argument, "--dtype must be bf16 or fp32, not '" + o.dtype + "'"};
+  }
+  auto opt = offload_of("--offload-optimizer", o.offload_optimizer);
+  if (!opt) return opt.error();
+  s.optimizer = *opt;
+  auto params = offload_of("--offload-params", o.offload_params);
+  if (!params) return params.error();
+  s.params = *params;
+  s.flash_attention = !o.eager_attention;
+  if (auto c = plan::check_setup(s); !c) return c;
+  return s;
+}
+
+bool write_out(const std::string& path, const std::string& text) {
+  if (path == "-") {
+    std::fputs(text.c_str(), stdout);
+    return true;
+  }
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "strata plan: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_plan(plan_command_options o) {
+  auto s = setup_of(o);
+  if (!s) return fail(s.error().message());
+  plan::plan_result p;
+  if (o.search) {
+    auto found = plan::largest_batch(*s);
+    if (!found) return fail(found.error().message());
+    if (found->micro_batch == 0) {
+      s->micro_batch = 1;
+      auto one = plan::make_plan(*s);
+      if (!one) return fail(one.error().message());
+      p = std::move(*one);
+      if (o.json_out != "-") std::printf("--search: not even micro-batch 1 fits.\n\n");
+    } else {
+      p = std::move(found->plan);
+      if (o.json_out != "-") {
+        std::printf("--search: the largest micro-batch that fits is %llu.\n\n",
+                    static_cast<unsigned long long>(found->micro_batch));
+      }
+    }
+  } else {
+    auto made = plan::make_plan(*s);
+    if (!made) return fail(made.error().message());
+    p = std::move(*made);
+  }
+  std::vector<plan::fix> fixes;
+  if (!p.memory.fits) {
+    auto f = plan::find_fixes(p.setup);
+    if (!f) return fail(f.error().message());
+    fixes = std::move(*f);
+  }
+  if (o.json_out != "-") std::fputs(plan::plan_text(p, fixes).c_str(), stdout);
+  if (!o.json_out.empty() && !write_out(o.json_out, plan::plan_json(p, fixes))) return 1;
+  return p.memory.fits ? 0 : 2;
+}
+
+}  // namespace strata

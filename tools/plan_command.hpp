@@ -1,0 +1,30 @@
+// `strata plan`: will a training job fit, where should each byte live, and
+// how fast will the step be (docs/plan.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "plan/plan_setup.hpp"
+
+namespace strata {
+
+struct plan_command_options {
+  std::string model;  ///< a preset, or empty with the shape below
+  plan::model_shape shape{};
+  std::string gpu_memory = "80GiB";
+  std::string context_memory = "1GiB";
+  std::string dtype = "bf16";
+  std::string offload_optimizer = "none";
+  std::string offload_params = "none";
+  plan::plan_setup setup{};  ///< the numeric options land here
+  bool eager_attention = false;
+  bool search = false;
+  std::string json_out;  ///< a file, or "-" for stdout (then no text report)
+};
+
+/// Runs the plan and prints the report. Returns 0 when the job fits, 2
+/// when it does not, 1 for bad input (a message on stderr).
+int run_plan(plan_command_options o);
+
+}  // namespace strata
