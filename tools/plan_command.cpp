@@ -81,7 +81,7 @@ bool write_out(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-int run_plan(plan_command_options o) {
+int run_plan(const plan_command_options& o) {
   auto s = setup_of(o);
   if (!s) return fail(s.error().message());
   plan::plan_result p;

@@ -25,6 +25,6 @@ struct plan_command_options {
 
 /// Runs the plan and prints the report. Returns 0 when the job fits, 2
 /// when it does not, 1 for bad input (a message on stderr).
-int run_plan(plan_command_options o);
+int run_plan(const plan_command_options& o);
 
 }  // namespace strata

@@ -60,8 +60,8 @@ TEST(PlanModelStates, EqualDeepSpeedsEstimators) {
     s.params = r.params;
     const published_figure ds = deepspeed_estimate(s);
     ASSERT_TRUE(ds.applies);
-    const double ours = static_cast<double>(sum_model_states(s).gpu_total());
-    const double theirs = static_cast<double>(ds.gpu - ds.working);
+    const auto ours = static_cast<double>(sum_model_states(s).gpu_total());
+    const auto theirs = static_cast<double>(ds.gpu - ds.working);
     // Each tensor rounds its partition up to whole elements.
     EXPECT_NEAR(ours, theirs, 1e-6 * theirs + 64.0 * 8) << "ZeRO-" << r.zero << " " << ds.formula;
   }
@@ -83,8 +83,8 @@ TEST(PlanActivations, AGpt2LayerMatchesTheStandardCount) {
     s.micro_batch = 4;
     s.seq = 1024;
     s.flash_attention = flash;
-    const double ours = static_cast<double>(layer_activation_bytes(s));
-    const double standard = static_cast<double>(korthikanti_layer_bytes(s));
+    const auto ours = static_cast<double>(layer_activation_bytes(s));
+    const auto standard = static_cast<double>(korthikanti_layer_bytes(s));
     EXPECT_NEAR(ours / standard, 1.0, 0.05) << (flash ? "flash" : "eager");
   }
 }

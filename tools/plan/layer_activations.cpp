@@ -58,7 +58,7 @@ std::uint64_t layer_activation_bytes(const plan_setup& s) {
 }
 
 std::uint64_t korthikanti_layer_bytes(const plan_setup& s) {
-  const double sbh = static_cast<double>(s.micro_batch * s.seq * s.model.hidden);
+  const auto sbh = static_cast<double>(s.micro_batch * s.seq * s.model.hidden);
   const double scores = s.flash_attention ? 0.0
                                           : 5.0 * static_cast<double>(s.model.heads * s.seq) /
                                                 static_cast<double>(s.model.hidden);

@@ -109,11 +109,11 @@ published_figure deepspeed_estimate(const plan_setup& s) {
   published_figure f;
   if (s.lora_rank > 0 || s.zero == 0 || s.dtype != precision::bf16_mixed) return f;
   f.applies = true;
-  const double psi = static_cast<double>(total_params(s.model));
-  const double gpus = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
-  const double per_node = static_cast<double>(s.gpus / s.nodes);
-  const double nodes = static_cast<double>(s.nodes);
-  const double largest = static_cast<double>(largest_module_params(s.model));
+  const auto psi = static_cast<double>(total_params(s.model));
+  const auto gpus = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
+  const double per_node = static_cast<double>(s.gpus) / static_cast<double>(s.nodes);
+  const auto nodes = static_cast<double>(s.nodes);
+  const auto largest = static_cast<double>(largest_module_params(s.model));
   const bool off_opt = s.optimizer != offload_to::none;
   const bool off_params = s.params != offload_to::none;
   double gpu = 0;
@@ -141,8 +141,8 @@ published_figure zero_paper_figure(const plan_setup& s) {
     return f;
   }
   f.applies = true;
-  const double psi = static_cast<double>(total_params(s.model));
-  const double n = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
+  const auto psi = static_cast<double>(total_params(s.model));
+  const auto n = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
   const double k = 12;
   double gpu = 0;
   switch (s.zero) {

@@ -20,6 +20,22 @@ std::string seconds(double s) {
   return s < 1 ? fmt("%.0f ms", s * 1e3) : fmt("%.2f s", s);
 }
 
+// One JSON object, its members in the order added.
+class json_object {
+ public:
+  json_object& raw(std::string_view key, const std::string& value) {
+    body_ += (body_.empty() ? "" : ",") + json_string(key) + ":" + value;
+    return *this;
+  }
+  json_object& num(std::string_view key, std::uint64_t v) { return raw(key, std::to_string(v)); }
+  json_object& dbl(std::string_view key, double v) { return raw(key, fmt("%.6g", v)); }
+  json_object& str(std::string_view key, std::string_view v) { return raw(key, json_string(v)); }
+  [[nodiscard]] std::string text() const { return "{" + body_ + "}"; }
+
+ private:
+  std::string body_;
+};
+
 const char* offload_name(offload_to o) {
   return o == offload_to::none ? "none" : (o == offload_to::host ? "host" : "nvme");
 }
@@ -42,7 +58,7 @@ std::string setup_line(const plan_setup& s) {
 }
 
 std::string model_line(const plan_setup& s) {
-  const double billions = static_cast<double>(total_params(s.model)) / 1e9;
+  const auto billions = static_cast<double>(total_params(s.model)) / 1e9;
   std::string line = s.model.name + " (" + fmt("%.2f", billions) + " B parameters), ";
   line += s.dtype == precision::fp32 ? "fp32" : "bf16 with fp32 master weights";
   if (s.lora_rank > 0) {
@@ -145,50 +161,58 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
 }
 
 std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
-  const auto num = [](std::uint64_t v) { return std::to_string(v); };
-  const auto dbl = [](double v) { return fmt("%.6g", v); };
   const step_memory& m = p.memory;
-  std::string j = "{\"model\":" + json_string(p.setup.model.name) +
-                  ",\"parameters\":" + num(total_params(p.setup.model)) +
-                  ",\"trainable\":" + num(trainable_params(p.setup)) +
-                  ",\"setup\":" + json_string(setup_line(p.setup)) +
-                  ",\"fits\":" + (m.fits ? "true" : "false") +
-                  ",\"usable_bytes\":" + num(m.usable) +
-                  ",\"peak_reserved_bytes\":" + num(m.peak_reserved) +
-                  ",\"peak_tensor_bytes\":" + num(m.peak_tensors) + ",\"by_category\":{";
+  json_object categories;
   for (std::size_t c = 0; c < category_count; ++c) {
-    j += (c > 0 ? "," : "") + json_string(category_name(static_cast<category>(c))) + ":" +
-         num(m.by_category[c]);
+    categories.num(category_name(static_cast<category>(c)), m.by_category[c]);
   }
-  j += "}";
-  if (!m.fits) {
-    j += ",\"failure\":{\"phase\":" + json_string(m.failed_phase) +
-         ",\"request_bytes\":" + num(m.failed_bytes) + ",\"free_bytes\":" + num(m.free_at_failure) +
-         "}";
-  }
-  j += ",\"model_states\":{\"gpu_bytes\":" + num(p.states.gpu_total()) +
-       ",\"host_bytes\":" + num(p.states.host) + ",\"nvme_bytes\":" + num(p.states.nvme);
+  json_object states;
+  states.num("gpu_bytes", p.states.gpu_total())
+      .num("host_bytes", p.states.host)
+      .num("nvme_bytes", p.states.nvme);
   if (p.deepspeed.applies) {
-    j += ",\"deepspeed_gpu_bytes\":" + num(p.deepspeed.gpu) +
-         ",\"deepspeed_working_bytes\":" + num(p.deepspeed.working);
+    states.num("deepspeed_gpu_bytes", p.deepspeed.gpu)
+        .num("deepspeed_working_bytes", p.deepspeed.working);
   }
-  if (p.paper.applies) j += ",\"zero_paper_gpu_bytes\":" + num(p.paper.gpu);
-  j += "},\"host_bytes_per_node\":" + num(p.host_bytes) +
-       ",\"nvme_bytes_per_node\":" + num(p.nvme_bytes) +
-       ",\"step_seconds\":{\"total\":" + dbl(p.time.total()) +
-       ",\"compute\":" + dbl(p.time.compute) +
-       ",\"exposed_collectives\":" + dbl(p.time.exposed_collectives) +
-       ",\"exposed_offload\":" + dbl(p.time.exposed_transfers) + "},\"fixes\":[";
-  for (std::size_t i = 0; i < fixes.size(); ++i) {
-    const plan_result& f = fixes[i].plan;
-    j += std::string(i > 0 ? "," : "") + "{\"change\":" + json_string(fixes[i].change) +
-         ",\"peak_reserved_bytes\":" + num(f.memory.peak_reserved) +
-         ",\"step_seconds\":" + dbl(f.time.total()) +
-         ",\"host_bytes_per_node\":" + num(f.host_bytes) +
-         ",\"nvme_bytes_per_node\":" + num(f.nvme_bytes) + "}";
+  if (p.paper.applies) states.num("zero_paper_gpu_bytes", p.paper.gpu);
+  json_object time;
+  time.dbl("total", p.time.total())
+      .dbl("compute", p.time.compute)
+      .dbl("exposed_collectives", p.time.exposed_collectives)
+      .dbl("exposed_offload", p.time.exposed_transfers);
+  std::string list;
+  for (const fix& f : fixes) {
+    json_object one;
+    one.str("change", f.change)
+        .num("peak_reserved_bytes", f.plan.memory.peak_reserved)
+        .dbl("step_seconds", f.plan.time.total())
+        .num("host_bytes_per_node", f.plan.host_bytes)
+        .num("nvme_bytes_per_node", f.plan.nvme_bytes);
+    list += (list.empty() ? "" : ",") + one.text();
   }
-  j += "]}\n";
-  return j;
+  json_object out;
+  out.str("model", p.setup.model.name)
+      .num("parameters", total_params(p.setup.model))
+      .num("trainable", trainable_params(p.setup))
+      .str("setup", setup_line(p.setup))
+      .raw("fits", m.fits ? "true" : "false")
+      .num("usable_bytes", m.usable)
+      .num("peak_reserved_bytes", m.peak_reserved)
+      .num("peak_tensor_bytes", m.peak_tensors)
+      .raw("by_category", categories.text());
+  if (!m.fits) {
+    json_object failure;
+    failure.str("phase", m.failed_phase)
+        .num("request_bytes", m.failed_bytes)
+        .num("free_bytes", m.free_at_failure);
+    out.raw("failure", failure.text());
+  }
+  out.raw("model_states", states.text())
+      .num("host_bytes_per_node", p.host_bytes)
+      .num("nvme_bytes_per_node", p.nvme_bytes)
+      .raw("step_seconds", time.text())
+      .raw("fixes", "[" + list + "]");
+  return out.text() + "\n";
 }
 
 }  // namespace strata::plan

@@ -75,7 +75,7 @@ result<plan_result> make_plan(const plan_setup& s) {
   const std::uint64_t per_node = s.gpus / s.nodes;
   // Pinned staging for what moves: two of the largest module's fp32 state.
   const std::uint64_t staging = (s.optimizer != offload_to::none || s.params != offload_to::none)
-                                    ? 2 * 16 * largest_module_params(s.model)
+                                    ? largest_module_params(s.model) * 32
                                     : 0;
   p.host_bytes = p.states.host * per_node + staging * per_node;
   p.nvme_bytes = p.states.nvme * per_node;

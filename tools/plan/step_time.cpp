@@ -8,8 +8,8 @@ step_time estimate_step_time(const plan_setup& s) {
   const model_shape& m = s.model;
   const hardware_rates& r = s.rates;
   step_time t;
-  const double tokens = static_cast<double>(s.micro_batch * s.seq);
-  const double params = static_cast<double>(total_params(m));
+  const auto tokens = static_cast<double>(s.micro_batch * s.seq);
+  const auto params = static_cast<double>(total_params(m));
   const double attention = 4.0 * static_cast<double>(m.layers) *
                            static_cast<double>(s.micro_batch) * static_cast<double>(s.seq) *
                            static_cast<double>(s.seq) * static_cast<double>(m.hidden);
@@ -17,14 +17,14 @@ step_time estimate_step_time(const plan_setup& s) {
   const double backward = (s.lora_rank > 0 ? 1.0 : 2.0) * forward;
   const double recompute = s.checkpointing ? forward : 0.0;
   const double rate = r.tflops * 1e12 / (s.dtype == precision::fp32 ? 8.0 : 1.0);
-  const double micro = static_cast<double>(s.grad_accum);
+  const auto micro = static_cast<double>(s.grad_accum);
   t.compute = micro * (forward + backward + recompute) / rate;
   const double backward_time = micro * (backward + recompute) / rate;
 
   // Collectives, in seconds of bus time.
-  const double n = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
+  const auto n = static_cast<double>(s.zero == 3 ? shard_ranks(s) : s.gpus);
   const double w = s.dtype == precision::fp32 ? 4.0 : 2.0;
-  const double trainable = static_cast<double>(trainable_params(s));
+  const auto trainable = static_cast<double>(trainable_params(s));
   const double bus =
       (s.nodes > 1 && !(s.zero == 3 && s.hybrid_shard) ? r.network_gbps : r.nvlink_gbps) * 1e9;
   const double ring = n > 1 ? (n - 1) / n : 0.0;
@@ -49,7 +49,7 @@ step_time estimate_step_time(const plan_setup& s) {
                               t.collectives * layer_share / (2 * micro);  // the first layer
     }
     if (s.hybrid_shard && s.nodes > 1) {  // replicas all-reduce their shards across nodes
-      const double replicas = static_cast<double>(s.nodes);
+      const auto replicas = static_cast<double>(s.nodes);
       const double across =
           2 * (replicas - 1) / replicas * trainable / n * w / (r.network_gbps * 1e9);
       t.collectives += across;
@@ -59,7 +59,7 @@ step_time estimate_step_time(const plan_setup& s) {
 
   // Offload.
   const double per_gpu_trainable = trainable / std::max(n, 1.0);
-  const double per_node = static_cast<double>(s.gpus / s.nodes);
+  const double per_node = static_cast<double>(s.gpus) / static_cast<double>(s.nodes);
   if (s.optimizer != offload_to::none) {
     const double pcie = 2 * per_gpu_trainable * w / (r.pcie_gbps * 1e9);
     const double adam = per_gpu_trainable * per_node / (r.host_adam_gparams * 1e9);
