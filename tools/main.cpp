@@ -54,6 +54,8 @@ int main(int argc, char** argv) try {
   plan->add_option("--ffn", po.shape.ffn, "Custom shape: FFN size (default: 4 x hidden)");
   plan->add_option("--vocab", po.shape.vocab, "Custom shape: vocabulary");
   plan->add_flag("--tied", po.shape.tied_embeddings, "Custom shape: the LM head is the embedding");
+  plan->add_flag("--gated", po.gated_ffn,
+                 "Custom shape: a SwiGLU FFN (gate, up, down) instead of GPT-2's two matrices");
   plan->add_option("--gpus", po.setup.gpus, "GPUs in all")->capture_default_str();
   plan->add_option("--nodes", po.setup.nodes, "Nodes (dividing --gpus)")->capture_default_str();
   plan->add_option("--gpu-memory", po.gpu_memory, "Each GPU's memory")->capture_default_str();

@@ -33,6 +33,7 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
   } else {
     s.model = o.shape;
     s.model.name = "custom";
+    s.model.gated_ffn = o.gated_ffn;
     if (s.model.kv_heads == 0) s.model.kv_heads = s.model.heads;
     if (s.model.ffn == 0) s.model.ffn = 4 * s.model.hidden;
     if (s.model.layers == 0 || s.model.hidden == 0) {

@@ -19,6 +19,8 @@ struct plan_command_options {
   std::string offload_params = "none";
   plan::plan_setup setup{};  ///< the numeric options land here
   bool eager_attention = false;
+  bool gated_ffn = false;  ///< custom shape: SwiGLU
+
   bool search = false;
   std::string json_out;  ///< a file, or "-" for stdout (then no text report)
 };

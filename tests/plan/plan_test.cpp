@@ -116,6 +116,7 @@ TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
   const std::string text = plan_text(*p, *fixes);
   EXPECT_NE(text.find("DOES NOT FIT"), std::string::npos) << text;
   EXPECT_NE(text.find("Why: activations"), std::string::npos) << text;
+  EXPECT_NE(text.find("not checkpointed"), std::string::npos) << text;
 }
 
 TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates) {

@@ -85,13 +85,22 @@ std::string verdict(const plan_result& p) {
     return out + "Why: parameters, gradients and optimizer state alone need " +
            format_bytes(p.states.gpu_total()) + " per GPU.";
   }
+  // The two largest parts at that point.
   std::size_t top = 0;
   for (std::size_t c = 1; c < category_count; ++c) {
     if (m.by_category[c] > m.by_category[top]) top = c;
   }
-  out += "Why: " + std::string(category_name(static_cast<category>(top))) + " take " +
-         format_bytes(m.by_category[top]) + " at that point";
-  if (static_cast<category>(top) == category::activations) {
+  std::size_t second = top == 0 ? 1 : 0;
+  for (std::size_t c = 0; c < category_count; ++c) {
+    if (c != top && m.by_category[c] > m.by_category[second]) second = c;
+  }
+  const auto part = [&](std::size_t c) {
+    return std::string(category_name(static_cast<category>(c))) + " " +
+           format_bytes(m.by_category[c]);
+  };
+  out += "Why: " + part(top) + " and " + part(second) + " fill the GPU at that point";
+  if (static_cast<category>(top) == category::activations ||
+      static_cast<category>(second) == category::activations) {
     out += std::string(" (micro-batch ") + std::to_string(p.setup.micro_batch) + " x " +
            std::to_string(p.setup.seq) + " tokens" +
            (p.setup.checkpointing ? ", checkpointed" : ", not checkpointed") + ")";
@@ -126,9 +135,8 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
   if (p.deepspeed.applies) {
     out += "  DeepSpeed's estimate: " + p.deepspeed.formula;
     if (p.deepspeed.working > 0) {
-      out += " (4 L = " + format_bytes(p.deepspeed.working) +
-             ": the largest module's working buffer, which Strata counts as collective "
-             "buffers)";
+      out += "; its 4 L (" + format_bytes(p.deepspeed.working) +
+             ") is the largest module's working buffer, counted by Strata as collective buffers";
     }
     out += "\n";
   }
