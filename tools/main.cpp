@@ -95,6 +95,7 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   plan->add_flag("--search", po.search, "Find the largest micro-batch that fits");
   plan->add_option("--json", po.json_out, "Write the plan as JSON to this file ('-': stdout)");
+  plan->add_option("--html", po.html_out, "Write the plan as a self-contained HTML page");
 
   try {
     app.parse(argc, argv);

@@ -115,6 +115,7 @@ int run_plan(const plan_command_options& o) {
   }
   if (o.json_out != "-") std::fputs(plan::plan_text(p, fixes).c_str(), stdout);
   if (!o.json_out.empty() && !write_out(o.json_out, plan::plan_json(p, fixes))) return 1;
+  if (!o.html_out.empty() && !write_out(o.html_out, plan::plan_html(p, fixes))) return 1;
   return p.memory.fits ? 0 : 2;
 }
 

@@ -23,6 +23,7 @@ struct plan_command_options {
 
   bool search = false;
   std::string json_out;  ///< a file, or "-" for stdout (then no text report)
+  std::string html_out;  ///< a file
 };
 
 /// Runs the plan and prints the report. Returns 0 when the job fits, 2

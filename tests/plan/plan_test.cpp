@@ -117,6 +117,10 @@ TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
   EXPECT_NE(text.find("DOES NOT FIT"), std::string::npos) << text;
   EXPECT_NE(text.find("Why: activations"), std::string::npos) << text;
   EXPECT_NE(text.find("not checkpointed"), std::string::npos) << text;
+  const std::string html = plan_html(*p, *fixes);
+  EXPECT_NE(html.find("Does not fit"), std::string::npos);
+  EXPECT_NE(html.find("activation checkpointing"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos) << "self-contained, no script";
 }
 
 TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates) {

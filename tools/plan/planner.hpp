@@ -44,8 +44,9 @@ struct search_result {
 };
 result<search_result> largest_batch(const plan_setup& s);
 
-/// The report for people and as JSON.
+/// The report for people, as JSON, and as a self-contained HTML page.
 std::string plan_text(const plan_result& p, const std::vector<fix>& fixes);
 std::string plan_json(const plan_result& p, const std::vector<fix>& fixes);
+std::string plan_html(const plan_result& p, const std::vector<fix>& fixes);
 
 }  // namespace strata::plan

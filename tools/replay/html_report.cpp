@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "html_escape.hpp"
 #include "replay_report.hpp"
 #include "strata/option_table.hpp"
 
@@ -12,26 +13,7 @@ namespace strata::replay {
 namespace {
 
 std::string escape(std::string_view s) {
-  std::string o;
-  for (const char c : s) {
-    switch (c) {
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '&':
-        o += "&amp;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
+  return html_escape(s);
 }
 
 constexpr int chart_w = 960;
