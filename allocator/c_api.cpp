@@ -26,12 +26,16 @@ strata_status fail(errc code, const char* message) {
   return static_cast<strata_status>(code);
 }
 
+strata_status null_output() {
+  return fail(errc::invalid_argument, "null output pointer");
+}
+
 strata_status to_c(const status& s) {
   return s.ok() ? STRATA_OK : fail(s);
 }
 
 strata_status copy_out(const std::string& text, char** out) {
-  if (out == nullptr) return fail(errc::invalid_argument, "null output pointer");
+  if (out == nullptr) return null_output();
   auto* buf = static_cast<char*>(std::malloc(text.size() + 1));  // NOLINT: C ownership
   if (buf == nullptr) return fail(errc::out_of_memory, "host out of memory");
   std::memcpy(buf, text.c_str(), text.size() + 1);
@@ -97,7 +101,7 @@ const char* strata_last_error_message(void) {
 }
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
-  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  if (out == nullptr) return strata::c_api::null_output();
   auto options =
       conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
   if (!options) return fail(options.error());
@@ -126,7 +130,7 @@ strata_status strata_allocator_destroy(strata_allocator* a) {
 strata_status strata_malloc(strata_allocator* a, size_t size, void** out) {
   auto* impl = get(a);
   if (impl == nullptr) return no_allocator(a);
-  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  if (out == nullptr) return strata::c_api::null_output();
   auto p = impl->malloc(size);
   if (!p) return fail(p.error());
   *out = *p;
@@ -141,7 +145,7 @@ strata_status strata_free(strata_allocator* a, void* ptr) {
 strata_status strata_malloc_async(strata_allocator* a, size_t size, void* stream, void** out) {
   auto* impl = get(a);
   if (impl == nullptr) return no_allocator(a);
-  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  if (out == nullptr) return strata::c_api::null_output();
   auto p = impl->malloc_async(size, stream);
   if (!p) return fail(p.error());
   *out = *p;

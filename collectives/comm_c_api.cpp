@@ -39,6 +39,7 @@ namespace {
 static_assert(static_cast<int>(strata::reduce_op::avg) == STRATA_REDUCE_AVG);
 
 using strata::c_api::fail;
+using strata::c_api::null_output;
 using strata::c_api::to_c;
 
 strata::communicator* get(strata_comm* c) {
@@ -48,10 +49,6 @@ strata::communicator* get(strata_comm* c) {
 strata_status no_comm(strata_comm* c) {
   return fail(strata::errc::invalid_argument,
               c == nullptr ? "null communicator handle" : "the communicator was destroyed");
-}
-
-strata_status null_output() {
-  return fail(strata::errc::invalid_argument, "null output pointer");
 }
 
 strata::result<strata::reduce_op> op_of(const strata_reduce_op& op) {

@@ -16,6 +16,7 @@ struct strata_gradient_buckets {
 namespace {
 
 using strata::c_api::fail;
+using strata::c_api::null_output;
 using strata::c_api::to_c;
 
 strata::gradient_buckets* get(strata_gradient_buckets* b) {
@@ -25,10 +26,6 @@ strata::gradient_buckets* get(strata_gradient_buckets* b) {
 strata_status no_buckets(strata_gradient_buckets* b) {
   return fail(strata::errc::invalid_argument, b == nullptr ? "null gradient buckets handle"
                                                            : "the gradient buckets were destroyed");
-}
-
-strata_status null_output() {
-  return fail(strata::errc::invalid_argument, "null output pointer");
 }
 
 strata::result<std::unique_ptr<strata::gradient_buckets>> make(strata::communicator& comm,

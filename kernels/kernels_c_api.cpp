@@ -96,7 +96,7 @@ strata_adam_options strata_adam_defaults(void) {
 
 strata_status strata_kernels_create(strata_allocator* allocator, unsigned threads,
                                     strata_kernels** out) {
-  if (out == nullptr) return fail(strata::errc::invalid_argument, "null output pointer");
+  if (out == nullptr) return strata::c_api::null_output();
   strata::allocator* a = nullptr;
   if (allocator != nullptr) {
     a = strata::c_api::borrow(allocator);

@@ -19,6 +19,7 @@ struct strata_prefetcher {
 namespace {
 
 using strata::c_api::fail;
+using strata::c_api::null_output;
 using strata::c_api::to_c;
 
 strata::prefetcher* get(strata_prefetcher* p) {
@@ -28,10 +29,6 @@ strata::prefetcher* get(strata_prefetcher* p) {
 strata_status no_prefetcher(strata_prefetcher* p) {
   return fail(strata::errc::invalid_argument,
               p == nullptr ? "null prefetcher handle" : "the prefetcher was destroyed");
-}
-
-strata_status null_output() {
-  return fail(strata::errc::invalid_argument, "null output pointer");
 }
 
 }  // namespace

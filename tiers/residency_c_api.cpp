@@ -44,6 +44,7 @@ static_assert(static_cast<int>(strata::tier::nvme) == STRATA_TIER_NVME &&
                   STRATA_PINNED_ON_DEVICE);
 
 using strata::c_api::fail;
+using strata::c_api::null_output;
 using strata::c_api::to_c;
 
 strata::residency_manager* get(strata_residency* r) {
@@ -53,10 +54,6 @@ strata::residency_manager* get(strata_residency* r) {
 strata_status no_manager(strata_residency* r) {
   return fail(strata::errc::invalid_argument, r == nullptr ? "null residency manager handle"
                                                            : "the residency manager was destroyed");
-}
-
-strata_status null_output() {
-  return fail(strata::errc::invalid_argument, "null output pointer");
 }
 
 }  // namespace

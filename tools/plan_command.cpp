@@ -1,9 +1,9 @@
 #include "plan_command.hpp"
 
 #include <cstdio>
-#include <fstream>
 
 #include "plan/planner.hpp"
+#include "report_file.hpp"
 #include "strata/option_table.hpp"
 
 namespace strata {
@@ -66,17 +66,8 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
 }
 
 bool write_out(const std::string& path, const std::string& text) {
-  if (path == "-") {
-    std::fputs(text.c_str(), stdout);
-    return true;
-  }
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "strata plan: cannot write %s\n", path.c_str());
-    return false;
-  }
+  if (path != "-") return write_report("plan", path, text);
+  std::fputs(text.c_str(), stdout);
   return true;
 }
 

@@ -1,28 +1,13 @@
 #include "replay_command.hpp"
 
 #include <cstdio>
-#include <fstream>
 
 #include "replay/alloc_trace.hpp"
 #include "replay/replay_report.hpp"
 #include "replay/replayer.hpp"
+#include "report_file.hpp"
 
 namespace strata {
-
-namespace {
-
-bool write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    std::fprintf(stderr, "strata replay: cannot write %s\n", path.c_str());
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
 
 int run_replay(const replay_command_options& o) {
   auto trace = replay::read_trace(o.trace, o.device_index);
@@ -55,9 +40,12 @@ int run_replay(const replay_command_options& o) {
       ok = false;
     }
   }
-  if (!o.json_out.empty()) ok = write_file(o.json_out, replay::report_json(*trace, *r)) && ok;
-  if (!o.html_out.empty()) ok = write_file(o.html_out, replay::report_html(*trace, *r)) && ok;
-  if (!o.snapshot_out.empty()) ok = write_file(o.snapshot_out, r->snapshot_pickle) && ok;
+  if (!o.json_out.empty())
+    ok = write_report("replay", o.json_out, replay::report_json(*trace, *r)) && ok;
+  if (!o.html_out.empty())
+    ok = write_report("replay", o.html_out, replay::report_html(*trace, *r)) && ok;
+  if (!o.snapshot_out.empty())
+    ok = write_report("replay", o.snapshot_out, r->snapshot_pickle) && ok;
   return ok ? 0 : 1;
 }
 

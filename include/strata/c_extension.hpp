@@ -46,6 +46,8 @@ requires std::is_enum_v<E> std::underlying_type_t<E> enum_value(const E& e) {
 /// Records `s`'s message as the thread's last error and returns its code.
 STRATA_API strata_status fail(const status& s);
 STRATA_API strata_status fail(errc code, const char* message);
+/// fail(invalid_argument, "null output pointer"): an output argument was null.
+STRATA_API strata_status null_output();
 /// STRATA_OK, or fail(s).
 STRATA_API strata_status to_c(const status& s);
 /// `*out` = a malloc'ed copy of `text` (freed with strata_string_free).
