@@ -116,12 +116,9 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
   std::string out =
       "strata plan: " + model_line(s) + "\n  " + setup_line(s) + "\n\n" + verdict(p) + "\n\n";
   out += m.fits ? "Per GPU at the peak:\n" : "Per GPU when it failed (the request included):\n";
-  std::uint64_t tensors = 0;
   for (std::size_t c = 0; c < category_count; ++c) {
-    tensors += m.by_category[c];
-    out += "  " + std::string(category_name(static_cast<category>(c))) +
-           std::string(20 - std::string(category_name(static_cast<category>(c))).size(), ' ') +
-           format_bytes(m.by_category[c]) + "\n";
+    const std::string name = category_name(static_cast<category>(c));
+    out += "  " + name + std::string(20 - name.size(), ' ') + format_bytes(m.by_category[c]) + "\n";
   }
   if (m.fits) {
     out += "  allocator overhead  " + format_bytes(m.peak_reserved - m.peak_tensors) +
