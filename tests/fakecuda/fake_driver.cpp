@@ -15,7 +15,10 @@ namespace fakecuda {
 
 namespace {
 
-thread_local CUctx_st* current_ctx = nullptr;
+// Initial-exec: in the static TLS block, not the dynamic TLS of a dlopened
+// library, which clang 14's LeakSanitizer misreads under newer glibc and
+// crashes at exit walking (one pointer fits the static TLS surplus).
+[[gnu::tls_model("initial-exec")]] thread_local CUctx_st* current_ctx = nullptr;
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read before threads use it
