@@ -91,8 +91,11 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   plan->add_option("--pcie-gbps", po.setup.rates.pcie_gbps, "Host <-> GPU, GB/s")
       ->capture_default_str();
-  plan->add_option("--nvme-gbps", po.setup.rates.nvme_gbps, "NVMe per node, GB/s")
-      ->capture_default_str();
+  auto* nvme_gbps = plan->add_option("--nvme-gbps", po.setup.rates.nvme_gbps, "NVMe per node, GB/s")
+                        ->capture_default_str();
+  plan->add_option("--nvme-dir", po.nvme_dir,
+                   "Measure the NVMe rate in this directory (256 MiB written and read with "
+                   "O_DIRECT) unless --nvme-gbps is given");
   plan->add_flag("--search", po.search, "Find the largest micro-batch that fits");
   plan->add_option("--json", po.json_out, "Write the plan as JSON to this file ('-': stdout)");
   plan->add_option("--html", po.html_out, "Write the plan as a self-contained HTML page");
@@ -105,6 +108,7 @@ int main(int argc, char** argv) try {
   }
   if (*demo) return strata::run_demo(spec);
   if (*replay) return strata::run_replay(ro);
+  po.nvme_gbps_given = nvme_gbps->count() > 0;
   if (*plan) return strata::run_plan(po);
   return 0;
 } catch (const std::exception& e) {

@@ -1,7 +1,9 @@
 #include "plan_command.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "plan/nvme_rate.hpp"
 #include "plan/planner.hpp"
 #include "report_file.hpp"
 #include "strata/option_table.hpp"
@@ -76,6 +78,16 @@ bool write_out(const std::string& path, const std::string& text) {
 int run_plan(const plan_command_options& o) {
   auto s = setup_of(o);
   if (!s) return fail(s.error().message());
+  if (!o.nvme_dir.empty() && !o.nvme_gbps_given) {
+    auto rates = plan::measure_nvme(o.nvme_dir);
+    if (!rates) return fail(rates.error().message());
+    s->rates.nvme_gbps = std::min(rates->write_gbps, rates->read_gbps);
+    if (o.json_out != "-") {
+      std::printf(
+          "NVMe measured in %s: write %.2f GB/s, read %.2f GB/s; the plan uses %.2f GB/s.\n\n",
+          o.nvme_dir.c_str(), rates->write_gbps, rates->read_gbps, s->rates.nvme_gbps);
+    }
+  }
   plan::plan_result p;
   if (o.search) {
     auto found = plan::largest_batch(*s);

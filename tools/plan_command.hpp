@@ -24,6 +24,9 @@ struct plan_command_options {
   bool search = false;
   std::string json_out;  ///< a file, or "-" for stdout (then no text report)
   std::string html_out;  ///< a file
+  /// Measure the NVMe rate here (unless nvme_gbps_given), docs/plan.md.
+  std::string nvme_dir;
+  bool nvme_gbps_given = false;
 };
 
 /// Runs the plan and prints the report. Returns 0 when the job fits, 2

@@ -6,7 +6,10 @@
 
 #include <cmath>
 
+#include <sys/stat.h>
+
 #include "plan/layer_activations.hpp"
+#include "plan/nvme_rate.hpp"
 #include "plan/planner.hpp"
 
 namespace strata::plan {
@@ -204,6 +207,18 @@ TEST(PlanSearch, FindsTheLargestMicroBatchThatFits) {
   auto over = make_plan(s);
   ASSERT_TRUE(over.ok());
   EXPECT_FALSE(over->memory.fits) << "one more does not fit";
+}
+
+TEST(PlanNvme, TheRateIsMeasuredInTheDirectoryAndFailuresNameIt) {
+  ::mkdir(STRATA_TEST_SCRATCH_DIR, 0700);
+  auto rates = measure_nvme(STRATA_TEST_SCRATCH_DIR, 8ULL << 20);
+  ASSERT_TRUE(rates.ok()) << rates.error().to_string();
+  EXPECT_GT(rates->write_gbps, 0.0);
+  EXPECT_GT(rates->read_gbps, 0.0);
+  const auto missing = measure_nvme("/nonexistent/strata");
+  EXPECT_EQ(missing.code(), errc::io_error);
+  EXPECT_NE(missing.error().message().find("/nonexistent/strata"), std::string::npos);
+  EXPECT_EQ(measure_nvme(STRATA_TEST_SCRATCH_DIR, 1024).code(), errc::invalid_argument);
 }
 
 TEST(PlanSetup, BadInputIsAClearError) {
