@@ -103,21 +103,27 @@ result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
                   "latency not negative"};
   }
   std::unordered_set<device*> seen;
+  std::size_t timing_only = 0;
   for (device* d : devices) {
     if (d == nullptr || !seen.insert(d).second) {
       return status{errc::invalid_argument,
                     "local communicator: every rank needs its own device (null or repeated)"};
     }
-    if (!d->memory_is_host()) {
+    if (!d->memory_is_host() && !d->timing_only()) {
       return status{errc::not_supported, "local communicator: device " + d->name() +
                                              " has memory the host cannot reach; the local "
                                              "communicator runs on sim devices"};
     }
+    timing_only += d->timing_only() ? 1 : 0;
+  }
+  if (timing_only != 0 && timing_only != devices.size()) {
+    return status{errc::invalid_argument,
+                  "local communicator: either every device is timing-only (data=none) or none"};
   }
   auto pool = kernel_pool::create(1);
   if (!pool) return pool.error();
-  auto group =
-      std::make_shared<local_group>(static_cast<int>(devices.size()), options, std::move(*pool));
+  auto group = std::make_shared<local_group>(static_cast<int>(devices.size()), options,
+                                             std::move(*pool), timing_only == 0);
   std::vector<std::unique_ptr<communicator>> ranks;
   for (std::size_t r = 0; r < devices.size(); ++r) {
     ranks.push_back(std::make_unique<local_communicator>(*devices[r], static_cast<int>(r), group));

@@ -7,8 +7,8 @@
 namespace strata {
 
 local_group::local_group(int ranks, const local_comm_options& options,
-                         std::unique_ptr<kernel_pool> pool)
-    : ranks_(ranks), options_(options), pool_(std::move(pool)) {}
+                         std::unique_ptr<kernel_pool> pool, bool move_data)
+    : ranks_(ranks), options_(options), pool_(std::move(pool)), move_data_(move_data) {}
 
 status local_group::failed() const {
   std::lock_guard lock(mu_);
@@ -82,7 +82,7 @@ status local_group::join(std::uint64_t seq, int rank, const collective_call& cal
     } else {
       // The calls stay put until every rank has left: run without the lock.
       lock.unlock();
-      run_local_collective(s.calls, *pool_);
+      if (move_data_) run_local_collective(s.calls, *pool_);
       lock.lock();
       s.finish = start + std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::duration<double>(modeled_seconds(call)));

@@ -31,7 +31,10 @@ namespace strata {
 
 class local_group {
  public:
-  local_group(int ranks, const local_comm_options& options, std::unique_ptr<kernel_pool> pool);
+  /// `move_data` false: timing-only devices; collectives take their
+  /// modeled time and move nothing.
+  local_group(int ranks, const local_comm_options& options, std::unique_ptr<kernel_pool> pool,
+              bool move_data);
 
   [[nodiscard]] int ranks() const noexcept { return ranks_; }
 
@@ -64,6 +67,7 @@ class local_group {
   const int ranks_;
   const local_comm_options options_;
   std::unique_ptr<kernel_pool> pool_;  // the casts of bf16/fp16 reductions
+  const bool move_data_;
   mutable std::mutex mu_;
   std::condition_variable arrived_;
   std::unordered_map<std::uint64_t, slot> slots_;

@@ -47,6 +47,7 @@ class sim_device final : public device {
 
   [[nodiscard]] std::string do_name() const override;
   [[nodiscard]] bool do_memory_is_host() const noexcept override { return config_.data == "host"; }
+  [[nodiscard]] bool do_timing_only() const noexcept override { return config_.data == "none"; }
   result<memory_info> do_get_memory_info() override;
   result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) override;
   status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;

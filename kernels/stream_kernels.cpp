@@ -49,6 +49,7 @@ struct stream_kernels::state {
                  void (*run)(kernel_pool&, const Args&),
                  status (*launch)(device&, const kernels::gpu_kernels&, stream_handle,
                                   const Args&)) {
+    if (dev.timing_only()) return {};  // checked; nothing to compute on
     if (dev.memory_is_host()) {
       auto k = std::make_unique<queued_kernel<Args>>(queued_kernel<Args>{&pool, args, run});
       if (auto s = dev.launch_host_fn(stream, &run_queued<Args>, k.get()); !s) return s;

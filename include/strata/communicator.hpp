@@ -168,13 +168,14 @@ struct local_comm_options {
 
 /// The `local` communicators: rank r of the result runs on `devices[r]`.
 /// Every device must be a distinct device whose memory the host can reach
-/// (`memory_is_host()`, the sim device). Reductions are done in fp32 in rank
-/// order 0, 1, ..., n - 1 (avg: then one division by n) and rounded once to
-/// the dtype: fp32 results are bit for bit the host's sum in that order,
-/// bf16 and fp16 results are that fp32 value rounded to nearest even.
-/// Errors: invalid_argument (no devices, a null or repeated device, a
-/// timeout of 0, a negative rate), not_supported (a device the host cannot
-/// read).
+/// (`memory_is_host()`, the sim device), or every one timing-only
+/// (`timing_only()`, `sim:...,data=none`): then collectives are checked,
+/// matched across ranks and take their modeled time, and move no bytes. Reductions are done in fp32
+/// in rank order 0, 1, ..., n - 1 (avg: then one division by n) and rounded once to the dtype: fp32
+/// results are bit for bit the host's sum in that order, bf16 and fp16 results are that fp32 value
+/// rounded to nearest even. Errors: invalid_argument (no devices, a null or repeated device, a
+/// timeout of 0, a negative rate, timing-only and other devices mixed),
+/// not_supported (a device the host cannot read).
 STRATA_API result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
     std::span<device* const> devices, const local_comm_options& options = {});
 

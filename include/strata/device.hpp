@@ -115,6 +115,11 @@ class STRATA_API device {
   /// once mapped and accessible (`sim`); false for a real GPU (`cuda`).
   [[nodiscard]] bool memory_is_host() const noexcept { return do_memory_is_host(); }
 
+  /// True for a timing-only device (`sim:...,data=none`, docs/device.md):
+  /// capacity and time are modeled, bytes are not kept. Layers that move
+  /// data themselves (the `local` communicator) then only take the time.
+  [[nodiscard]] bool timing_only() const noexcept { return do_timing_only(); }
+
   // --- virtual address ranges -------------------------------------------
 
   /// Reserves `bytes` (a multiple of the granularity) of virtual addresses,
@@ -256,6 +261,7 @@ class STRATA_API device {
   [[nodiscard]] virtual std::string do_name() const = 0;
   virtual result<memory_info> do_get_memory_info() = 0;
   [[nodiscard]] virtual bool do_memory_is_host() const noexcept = 0;
+  [[nodiscard]] virtual bool do_timing_only() const noexcept { return false; }
   virtual result<std::uintptr_t> do_reserve(std::size_t bytes, std::size_t alignment) = 0;
   virtual status do_free_reservation(std::uintptr_t base, std::size_t bytes) = 0;
   virtual result<page_run> do_create_pages(std::size_t bytes) = 0;

@@ -12,6 +12,10 @@
 //     nvcc builds them into a fatbin (sm_80, sm_90, PTX) that libstrata
 //     embeds and loads through the driver API at the first launch.
 //
+// On a timing-only device (`sim:...,data=none`) `stream_kernels` checks the
+// arguments and queues nothing: there are no bytes to compute on, and no
+// compute-time model yet.
+//
 // Memory: the host functions touch their buffers with the CPU: pageable or
 // pinned host memory, or `sim` device memory (host memory). Through
 // `stream_kernels` on `sim` the same holds; on `cuda` the buffers must be

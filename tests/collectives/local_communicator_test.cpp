@@ -365,5 +365,41 @@ TEST(LocalCommunicator, CreationErrors) {
   EXPECT_TRUE(create_local_communicators(one).ok());
 }
 
+// Timing-only devices (data=none): the collective is matched and takes its
+// modeled time, and no byte moves; mixing them with data devices is refused.
+TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
+  local_comm_options o;
+  o.link_gbps = 1;  // 1 MiB all-reduced on 2 ranks: 1 MiB over the link, about 1 ms
+  rank_set ranks(2, o, "sim:capacity=256MiB,data=none");
+  ASSERT_TRUE(ranks.dev(0).timing_only());
+  const std::size_t n = 1 << 18;
+  float* x[2] = {ranks.alloc<float>(0, n), ranks.alloc<float>(1, n)};
+  for (float* p : x) std::fill_n(p, n, 1.0F);  // mapped memory; the device keeps no bytes
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(
+        ranks.comm(r).all_reduce(x[r], x[r], n, dtype::f32, reduce_op::sum, ranks.stream(r)).ok());
+  }
+  ranks.sync_all();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::microseconds(900)) << "the modeled link time passed";
+  EXPECT_EQ(x[0][0], 1.0F) << "nothing was summed";
+  EXPECT_EQ(x[1][n - 1], 1.0F);
+  // A mismatch is still a mismatch.
+  ASSERT_TRUE(
+      ranks.comm(0).all_reduce(x[0], x[0], n, dtype::f32, reduce_op::sum, ranks.stream(0)).ok());
+  ASSERT_TRUE(ranks.comm(1)
+                  .all_reduce(x[1], x[1], n / 2, dtype::f32, reduce_op::sum, ranks.stream(1))
+                  .ok());
+  ranks.sync_all();
+  EXPECT_EQ(ranks.comm(0).async_error().code(), errc::comm_error);
+
+  allocator_options ao;
+  ao.device = "sim:capacity=64MiB";
+  allocator with_data(ao);
+  device* mixed[] = {&ranks.dev(0), &with_data.dev()};
+  EXPECT_EQ(create_local_communicators(mixed).code(), errc::invalid_argument);
+}
+
 }  // namespace
 }  // namespace strata

@@ -300,6 +300,37 @@ TEST_P(Bf16Reduction, Fp32GradientsAveragedInBf16FollowTheStatedRounding) {
   EXPECT_GT(c.staging_bytes, 0U);
 }
 
+// On timing-only devices (data=none) a whole step runs, casts and copies
+// included, and moves no byte: what `strata plan` needs of the buckets.
+TEST(GradientBuckets, AStepRunsOnTimingOnlyDevices) {
+  bucket_options o = small_buckets(false);
+  o.reduce_type = dtype::bf16;
+  o.rebuild = false;  // a rebuild's copies would move nothing either: the views would read 0
+  rank_set ranks(2, {}, "sim:capacity=256MiB,data=none");
+  const std::vector<gradient_param> params = model_params();
+  std::vector<std::unique_ptr<gradient_buckets>> b;
+  for (int r = 0; r < 2; ++r) {
+    auto made = gradient_buckets::create(ranks.comm(r), params, ranks.stream(r), o);
+    ASSERT_TRUE(made.ok()) << made.error().to_string();
+    b.push_back(std::move(*made));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(b[r]->zero(ranks.stream(r)).ok());
+    std::fill_n(static_cast<float*>(b[r]->grad(0)), params[0].count, 3.0F);
+    for (std::size_t p = params.size(); p-- > 0;) {
+      ASSERT_TRUE(b[r]->mark_ready(p, ranks.stream(r)).ok());
+    }
+    ASSERT_TRUE(b[r]->finish(ranks.stream(r)).ok());
+  }
+  ranks.sync_all();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(static_cast<float*>(b[r]->grad(0))[0], 3.0F) << "nothing was reduced or cast";
+    EXPECT_EQ(b[r]->stats().reductions, b[r]->buckets().size());
+    EXPECT_TRUE(ranks.comm(r).async_error().ok());
+  }
+  b.clear();
+}
+
 TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
   job j(2, small_buckets(true));
   auto& b = j.at(0);
