@@ -42,7 +42,11 @@ result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule,
       m.fits = false;
       m.failed_phase = schedule.phases[phase];
       m.failed_bytes = e.bytes;
-      m.free_at_failure = alloc->available_memory().free;
+      try {
+        m.free_at_failure = alloc->available_memory().free;
+      } catch (const error& e) {
+        return e.to_status();
+      }
       for (std::size_t c = 0; c < category_count; ++c) m.by_category[c] = live[c];
       m.by_category[static_cast<std::size_t>(e.of)] += e.bytes;  // what it would have held
       break;
