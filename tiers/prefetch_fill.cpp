@@ -2,8 +2,8 @@
 // fetch is NVMe -> pinned host (a read on the reader thread) then host ->
 // device (a copy queued on the fill stream), each issued when the one
 // before is done; neither is waited for by the thread that called
-// prefetch(). A later stage (an all-gather of shards) would be queued from
-// finish_read's hand-back in the same way, after the copy's event.
+// prefetch(). (The all-gather of a sharded parameter is the prefetcher's
+// own stage, after these: prefetch/shard_gathers.cpp.)
 //
 // A buffer the host tier cannot hold is streamed instead: its device memory
 // and two staging chunks are taken when the prefetch is issued, and the
@@ -15,13 +15,17 @@
 // read's destination; streamed: the job owns the device memory and the
 // chunks), is in the reader's queue or being read, and is neither a victim
 // nor dropped (unregister waits for the read); it counts in
-// fills_in_flight until finish_read. `prefetched` buffers count in
+// fills_in_flight until finish_read, and its host memory (or its streamed
+// job's two chunks) in reading_bytes_, which stays at most the host
+// capacity less two staging chunks, the room an acquire's own fill streams
+// through. `prefetched` buffers count in
 // prefetched_bytes until acquired, spilled (wasted) or their read fails.
 //
 // Cost: prefetch() takes the mutex and waits for no fill; making room for
 // one may spill buffers needed later (spills wait for their copy, as
 // always). The reader holds the mutex only to take a job and to hand its
 // result back.
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -77,6 +81,11 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   // may be spilled on to NVMe (a spill, waited for as every spill is); the
   // read itself is not waited for.
   const std::uint64_t limit = b.next_use;
+  if (!reads_leave_room(b.bytes)) {
+    if (to_device) return start_streamed_read(handle, b);
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
   auto host = host_->allocate(b.bytes);
   while (!host && host.code() == errc::out_of_memory) {
     if (stats_.staging_bytes > 0) retire_finished();
@@ -97,6 +106,7 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   }
   b.host = *host;
   b.reading = true;
+  reading_bytes_ += b.bytes;
   ++stats_.fills_in_flight;
   ++stats_.prefetch_reads;
   reads_.push_back({handle, b.extent, *host, b.bytes});
@@ -106,6 +116,11 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
 
 result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t handle, buffer& b) {
   const std::uint64_t limit = b.next_use;
+  const std::uint64_t chunk = std::min<std::uint64_t>(staging_chunk_, b.bytes);
+  if (!reads_leave_room(2 * chunk)) {
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
   read_job job{handle, b.extent, nullptr, b.bytes};
   for (void*& slot : job.slots) {
     auto p = host_->allocate(std::min(staging_chunk_, b.bytes));
@@ -131,11 +146,16 @@ result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t ha
   }
   job.dev = *dev;
   b.reading = true;
+  reading_bytes_ += 2 * chunk;
   ++stats_.fills_in_flight;
   ++stats_.prefetch_reads;
   reads_.push_back(job);
   reads_queued_.notify_one();
   return prefetch_outcome::started;
+}
+
+bool residency_manager::reads_leave_room(std::uint64_t more) const {
+  return host_capacity_ == 0 || reading_bytes_ + more + 2 * staging_chunk_ <= host_capacity_;
 }
 
 void residency_manager::free_streamed(const read_job& job) {
@@ -200,6 +220,8 @@ void residency_manager::reader_loop() {
 void residency_manager::finish_read(const read_job& job, status read) {
   buffer& b = buffers_.at(job.handle);  // unregister waits for the read
   b.reading = false;
+  reading_bytes_ -=
+      job.dev != nullptr ? 2 * std::min<std::uint64_t>(staging_chunk_, job.bytes) : job.bytes;
   --stats_.fills_in_flight;
   if (job.dev != nullptr) {
     for (void* slot : job.slots) host_->free(slot);

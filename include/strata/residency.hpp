@@ -325,6 +325,10 @@ class STRATA_API residency_manager {
   // Gives back what a streamed job holds (after a failure or at shutdown).
   void free_streamed(const read_job& job);
   result<prefetch_outcome> start_device_copy(buffer& b);
+  // Whether a prefetch read may hold `more` host bytes: reads in flight are
+  // no victims, so they leave an acquire's own fill the room of two staging
+  // chunks, or it could find the host tier full of them.
+  [[nodiscard]] bool reads_leave_room(std::uint64_t more) const;
   // The I/O thread: reads first, then write-behinds.
   void reader_loop();
   // The handle of the host buffer to write behind now, or 0 (none, or the
@@ -372,6 +376,7 @@ class STRATA_API residency_manager {
   event_handle copy_done_{};          // a spill's copy
   std::size_t staging_chunk_ = 0;     // bytes per staging chunk (block multiple)
   std::uint64_t host_capacity_ = 0;   // the host tier's, 0: no limit
+  std::uint64_t reading_bytes_ = 0;   // host memory held by prefetch reads in flight
   std::uint64_t writeback_room_ = 0;  // host room write-behind keeps makeable; 0: off
   std::uint64_t nvme_capacity_ = 0;   // the NVMe tier's, 0: until the disk is full
   // The write-behind's bounce chunk (block-aligned, outside the host tier).

@@ -151,6 +151,67 @@ TEST(Prefetch, TheLearnedOrderBringsBuffersFromTheHostAhead) {
   r.expect_every_byte();
 }
 
+// Reads ahead into a small host tier must leave an acquire's own fill the
+// room to stream through: before they did, a host tier full of reads in
+// flight (no victims) made an acquire fail with "no pinned memory" (seen
+// with strata_offload.py's Adam state).
+TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
+  offload_options o;
+  o.host_capacity = 2 * mib;
+  o.host_chunk = 64 << 10;
+  o.host_large = 4096;
+  o.nvme_dir = scratch();
+  o.nvme_block_size = 64 << 10;
+  o.prefetch_bytes = mib;
+  o.device_lookahead = mib;
+  o.host_lookahead = 8 * mib;
+  o.prefetch_inflight = 16;
+  rig r("sim:capacity=1MiB,granularity=64KiB", o);
+  ASSERT_TRUE(r.fetch);
+  // A model's shape: 4 weights and 4 biases read in forward and backward,
+  // then each updated with its two optimizer states (3 MiB on a 1 MiB
+  // device): parameters 0-7, their states 8-23.
+  for (int layer = 0; layer < 4; ++layer) {
+    r.add(1, 256 << 10);
+    r.add(1, 1 << 10);
+  }
+  for (int layer = 0; layer < 4; ++layer) {
+    r.add(2, 256 << 10);
+    r.add(2, 1 << 10);
+  }
+  const auto touch = [&](std::size_t k, access_mode mode) -> status {
+    auto p = r.fetch->acquire(r.handles[k], r.stream.native, mode);
+    if (!p) return p.error();
+    if (auto s = r.alloc->dev().synchronize_stream(r.stream); !s) return s;
+    if (mode == access_mode::read_write) {
+      r.bytes[k][0] = static_cast<unsigned char>(r.bytes[k][0] + 1);
+      std::memcpy(*p, r.bytes[k].data(), r.bytes[k].size());
+    } else if (std::memcmp(*p, r.bytes[k].data(), r.bytes[k].size()) != 0) {
+      ADD_FAILURE() << "buffer " << k << " lost its bytes";
+    }
+    return r.fetch->release(r.handles[k], r.stream.native);
+  };
+  for (std::size_t k = 0; k < r.handles.size(); ++k) {
+    ASSERT_TRUE(touch(k, access_mode::read_write).ok());
+  }
+  for (int step = 0; step < 6; ++step) {
+    ASSERT_TRUE(r.fetch->begin_step().ok());
+    for (const std::size_t k : {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0}) {
+      const status s = touch(k, access_mode::read_only);
+      ASSERT_TRUE(s.ok()) << "step " << step << ", parameter " << k << ": " << s.to_string();
+    }
+    for (std::size_t k = 0; k < 8; ++k) {
+      for (const std::size_t b : {k, 8 + 2 * k, 9 + 2 * k}) {
+        const status s = touch(b, access_mode::read_write);
+        ASSERT_TRUE(s.ok()) << "step " << step << ", buffer " << b << ": " << s.to_string();
+      }
+    }
+    ASSERT_TRUE(r.fetch->end_step().ok());
+  }
+  EXPECT_GT(r.manager->stats().prefetch_reads, 0u);
+  r.expect_every_byte();
+}
+
 TEST(Prefetch, NvmeBuffersAreReadAheadThenCopied) {
   rig r("sim:capacity=8MiB", tiers(8 * mib, true));
   ASSERT_TRUE(r.fetch);
