@@ -162,6 +162,12 @@ strata_status strata_record_stream(strata_allocator* a, void* ptr, void* stream)
   return impl != nullptr ? to_c(impl->record_stream(ptr, stream)) : no_allocator(a);
 }
 
+strata_status strata_stream_synchronize(strata_allocator* a, void* stream) {
+  auto* impl = get(a);
+  if (impl == nullptr) return no_allocator(a);
+  return to_c(impl->dev().synchronize_stream(strata::stream_handle{stream}));
+}
+
 strata_status strata_empty_cache(strata_allocator* a) {
   auto* impl = get(a);
   return impl != nullptr ? to_c(impl->empty_cache()) : no_allocator(a);

@@ -72,6 +72,13 @@ STRATA_C_API strata_status strata_free_async(strata_allocator* a, void* ptr, voi
 /* The free of `ptr` will also wait for work queued on `stream` up to it. */
 STRATA_C_API strata_status strata_record_stream(strata_allocator* a, void* ptr, void* stream);
 
+/* Waits until the work queued on `stream` of the allocator's device (NULL:
+ * the default stream) is done, as cudaStreamSynchronize: what a program
+ * reading device memory on the host (the sim device) calls after a
+ * stream-ordered fill. INVALID_ARGUMENT for a stream the device does not
+ * know. */
+STRATA_C_API strata_status strata_stream_synchronize(strata_allocator* a, void* stream);
+
 /* Returns every idle cached page to the device (waits for pending frees). */
 STRATA_C_API strata_status strata_empty_cache(strata_allocator* a);
 /* Returns idle pages until at most `keep_bytes` of them remain cached. */

@@ -34,6 +34,10 @@ TEST(CApi, AllocateFreeStatsAndReports) {
   EXPECT_NE(std::string(text).find("\"arenas\""), std::string::npos);
   strata_string_free(text);
   EXPECT_EQ(strata_record_stream(a, p, nullptr), STRATA_OK);
+  EXPECT_EQ(strata_stream_synchronize(a, nullptr), STRATA_OK);
+  int not_a_stream = 0;
+  EXPECT_EQ(strata_stream_synchronize(a, &not_a_stream), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_stream_synchronize(nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_free_async(a, q, nullptr), STRATA_OK);
   EXPECT_EQ(strata_free(a, p), STRATA_OK);
   EXPECT_EQ(strata_free(a, p), STRATA_ERROR_INVALID_ARGUMENT);
