@@ -33,6 +33,7 @@ __all__ = [
     "last_oom_report",
     "empty_cache",
     "out_of_memory_errors",
+    "offload",
 ]
 
 _LIBRARY = "libstrata_torch.so"
@@ -188,3 +189,12 @@ def out_of_memory_errors(device=None):
         raise
     if memory_stats(device)["num_ooms"] > before:
         raise _oom_error(device)
+
+
+def offload(model, **options):
+    """Parameters and Adam state in Strata's offload tiers, fetched ahead by
+    its prefetcher (strata_offload.py, docs/integrations.md): returns the
+    Offload; call its step() where optimizer.step() was."""
+    import strata_offload  # pylint: disable=import-outside-toplevel
+
+    return strata_offload.offload(model, **options)

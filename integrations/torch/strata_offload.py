@@ -1,0 +1,362 @@
+"""Parameters and Adam state that live in Strata's offload tiers.
+
+    import strata_torch
+    off = strata_torch.offload(model, lr=1e-3,
+                               device="sim:capacity=64MiB",
+                               conf="host_capacity:32MiB,nvme_dir:/scratch")
+    for batch in data:
+        loss = loss_fn(model(batch))
+        loss.backward()
+        off.step()          # Adam on the host kernel, then the prefetcher's step
+
+offload() registers every fp32 parameter, and Adam's two moments for each,
+with a residency manager (libstrata's C API, strata/residency.h) and steps
+a prefetcher over them (strata/prefetch.h). A module's parameters point at
+their device buffer from its forward pre-hook until its forward ends, and
+again from the moment its backward starts until the next module's backward
+starts (autograd has accumulated their gradients by then): the rest of the
+time they are released, so the manager may spill them to host memory and
+NVMe, and the prefetcher fetches them back ahead of the next use, in the
+order the first step recorded. Gradients stay ordinary CPU tensors.
+
+step() runs Strata's Adam/AdamW host kernel (strata_adam_step_host, the
+same operations as torch.optim.Adam/AdamW with foreach=False) on each
+parameter and its moments where they live, then ends the prefetcher's step.
+
+Works on the `sim` device, whose memory is host memory: parameters are CPU
+tensors viewing Strata's buffers (as ZeRO-3 re-points .data). Needs
+libstrata.so built with the tiers (liburing), and, for the host tier's
+jemalloc, a process started with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096.
+
+Thread safety: one training loop drives an Offload; its hooks run on the
+threads autograd runs them on, one at a time.
+"""
+
+import ctypes
+import json
+import os
+
+import torch
+
+__all__ = ["Offload", "OffloadError", "offload"]
+
+_PARAMETER = 0
+_OPTIMIZER_STATE = 2
+_EVICTABLE = 0
+_READ_WRITE = 0
+_READ_ONLY = 1
+
+
+class OffloadError(RuntimeError):
+    """A Strata call failed; the message is Strata's."""
+
+
+class _AdamOptions(ctypes.Structure):
+    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double),
+                ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double), ("decoupled_weight_decay", ctypes.c_int),
+                ("maximize", ctypes.c_int), ("amsgrad", ctypes.c_int)]
+
+
+class _AdamTensors(ctypes.Structure):
+    _fields_ = [("params", ctypes.c_void_p), ("grads", ctypes.c_void_p),
+                ("grad_type", ctypes.c_int), ("exp_avg", ctypes.c_void_p),
+                ("exp_avg_sq", ctypes.c_void_p), ("max_exp_avg_sq", ctypes.c_void_p),
+                ("params_out", ctypes.c_void_p), ("out_type", ctypes.c_int),
+                ("count", ctypes.c_size_t)]
+
+
+def _load(path):
+    path = path or os.environ.get("STRATA_LIBRARY", "libstrata.so")
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise OffloadError(f"cannot load {path}: {e}") from e
+    vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
+    out = ctypes.POINTER(vp)
+    sigs = {
+        "strata_allocator_create": [ctypes.c_char_p, out],
+        "strata_allocator_destroy": [vp],
+        "strata_stream_synchronize": [vp, vp],
+        "strata_residency_create": [vp, ctypes.c_char_p, out],
+        "strata_residency_destroy": [vp],
+        "strata_residency_register": [vp, sz, ctypes.c_int, ctypes.c_int, ctypes.POINTER(u64)],
+        "strata_residency_unregister": [vp, u64],
+        "strata_residency_acquire_mode": [vp, u64, vp, ctypes.c_int, out],
+        "strata_residency_release": [vp, u64, vp],
+        "strata_residency_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
+        "strata_prefetcher_create": [vp, ctypes.c_char_p, out],
+        "strata_prefetcher_destroy": [vp],
+        "strata_prefetcher_begin_step": [vp],
+        "strata_prefetcher_end_step": [vp],
+        "strata_prefetcher_acquire_mode": [vp, u64, vp, ctypes.c_int, out],
+        "strata_prefetcher_release": [vp, u64, vp],
+        "strata_prefetcher_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
+        "strata_kernels_create": [vp, ctypes.c_uint, out],
+        "strata_kernels_destroy": [vp],
+        "strata_adam_step_host": [vp, ctypes.POINTER(_AdamTensors),
+                                  ctypes.POINTER(_AdamOptions), u64],
+    }
+    for name, args in sigs.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError as e:
+            raise OffloadError(f"{path} has no {name}: build libstrata with the offload tiers "
+                               "(liburing)") from e
+        fn.argtypes = args
+        fn.restype = ctypes.c_int
+    lib.strata_last_error_message.restype = ctypes.c_char_p
+    lib.strata_string_free.argtypes = [ctypes.c_char_p]
+    return lib
+
+
+class _OffloadedLinear(torch.autograd.Function):
+    """nn.Linear for offloaded parameters. PyTorch's own saves a view of
+    the weight (its transpose) for backward, which keeps pointing at the
+    buffer the weight had in forward, long since released and reused; this
+    one keeps the parameters themselves, whose .data the backward hook has
+    pointed at their buffer again (as DeepSpeed's ZeRO-3 does). Forward is
+    torch's; backward computes the same products."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x)
+        ctx.params = (weight, bias)
+        return torch.nn.functional.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.params
+        g2 = grad.reshape(-1, grad.shape[-1])
+        x2 = x.reshape(-1, x.shape[-1])
+        grad_x = grad.matmul(weight.data)
+        grad_w = x2.t().mm(g2).t()
+        grad_b = g2.sum(0) if bias is not None else None
+        return grad_x, grad_w, grad_b
+
+
+class Offload:
+    """The residency manager, prefetcher and hooks behind offload()."""
+
+    def __init__(self, model, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 adamw=False, device="sim:capacity=1GiB", conf="", library=None):
+        self._lib = _load(library)
+        self._alloc = self._make("strata_allocator_create", f"device:{device}".encode())
+        self._res = self._make("strata_residency_create", self._alloc, conf.encode())
+        self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
+        self._kernels = self._make("strata_kernels_create", None, ctypes.c_uint(1))
+        self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
+        self._steps = {}     # id(parameter) -> its Adam steps (as torch's state["step"])
+        self._in_step = False
+        self._params = []    # (parameter, its handle, exp_avg's, exp_avg_sq's)
+        self._handle = {}    # id(parameter) -> handle
+        self._backward = []  # modules whose parameters backward holds now
+        self._hooks = []
+        self._shapes = {}    # id(parameter) -> its shape
+        for p in model.parameters():
+            if p.dtype != torch.float32:
+                raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
+            h = self._register(p.numel() * 4, _PARAMETER)
+            self._fill(h, p.detach().contiguous())
+            m, v = self._register(p.numel() * 4, _OPTIMIZER_STATE), \
+                self._register(p.numel() * 4, _OPTIMIZER_STATE)
+            self._fill(m, torch.zeros_like(p))
+            self._fill(v, torch.zeros_like(p))
+            self._params.append((p, h, m, v))
+            self._handle[id(p)] = h
+            self._shapes[id(p)] = tuple(p.shape)
+            p.data = torch.empty(0)  # the model's own copy is gone: Strata holds it
+        self._linears = []   # (module, its own forward) for close()
+        for module in model.modules():
+            if any(True for _ in module.parameters(recurse=False)):
+                self._hooks.append(module.register_forward_pre_hook(self._before_forward))
+                self._hooks.append(module.register_forward_hook(self._after_forward))
+            if type(module) is torch.nn.Linear:
+                self._linears.append((module, module.forward))
+                module.forward = (lambda x, m=module:
+                                  _OffloadedLinear.apply(x, m.weight, m.bias))
+        self._hooks.append(model.register_forward_pre_hook(self._step_begins))
+
+    # --- the C API ---------------------------------------------------------
+    def _check(self, status, what):
+        if status != 0:
+            raise OffloadError(f"{what}: {self._lib.strata_last_error_message().decode()}")
+
+    def _make(self, fn, *args):
+        out = ctypes.c_void_p()
+        self._check(getattr(self._lib, fn)(*args, ctypes.byref(out)), fn)
+        return out
+
+    def _register(self, nbytes, kind):
+        h = ctypes.c_uint64()
+        self._check(self._lib.strata_residency_register(self._res, nbytes, kind, _EVICTABLE,
+                                                        ctypes.byref(h)), "register")
+        return h.value
+
+    def _acquire(self, h, mode, through_prefetcher=True):
+        ptr = ctypes.c_void_p()
+        if through_prefetcher:
+            status = self._lib.strata_prefetcher_acquire_mode(self._fetch, h, None, mode,
+                                                              ctypes.byref(ptr))
+        else:
+            status = self._lib.strata_residency_acquire_mode(self._res, h, None, mode,
+                                                             ctypes.byref(ptr))
+        self._check(status, f"acquire of buffer {h}")
+        # The fill is stream-ordered; the CPU reads the bytes next.
+        self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
+        return ptr.value
+
+    def _release(self, h, through_prefetcher=True):
+        fn = (self._lib.strata_prefetcher_release if through_prefetcher
+              else self._lib.strata_residency_release)
+        self._check(fn(self._fetch if through_prefetcher else self._res, h, None),
+                    f"release of buffer {h}")
+
+    def _fill(self, h, src):
+        ptr = self._acquire(h, _READ_WRITE, through_prefetcher=False)
+        ctypes.memmove(ptr, src.data_ptr(), src.numel() * 4)
+        self._release(h, through_prefetcher=False)
+
+    @staticmethod
+    def _view(ptr, p_shape, numel):
+        # sim device memory is host memory: a CPU tensor over it, no copy.
+        return torch.frombuffer((ctypes.c_float * numel).from_address(ptr),
+                                dtype=torch.float32).view(p_shape)
+
+    # --- the hooks -----------------------------------------------------------
+    def _point(self, module):
+        for p in module.parameters(recurse=False):
+            h = self._handle[id(p)]
+            ptr = self._acquire(h, _READ_ONLY)
+            shape = self._shapes[id(p)]
+            p.data = self._view(ptr, shape, _numel(shape))
+
+    def _unpoint(self, module):
+        for p in module.parameters(recurse=False):
+            self._release(self._handle[id(p)])
+            p.data = torch.empty(0)
+
+    def _step_begins(self, _module, _inputs):
+        if not self._in_step:
+            self._check(self._lib.strata_prefetcher_begin_step(self._fetch), "begin_step")
+            self._in_step = True
+
+    def _before_forward(self, module, _inputs):
+        self._point(module)
+
+    def _after_forward(self, module, _inputs, output):
+        self._unpoint(module)
+        if torch.is_grad_enabled():
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(lambda g, m=module: self._before_backward(m, g))
+                    break
+        return output
+
+    def _before_backward(self, module, grad):
+        # The modules before this one in backward have run, and autograd
+        # accumulates their parameters' gradients before it starts another
+        # node: they may go.
+        self._release_backward()
+        self._point(module)
+        self._backward.append(module)
+        return grad
+
+    def _release_backward(self):
+        for m in self._backward:
+            self._unpoint(m)
+        self._backward = []
+
+    # --- the optimizer -----------------------------------------------------
+    def step(self):
+        """Adam (or AdamW) on every parameter with a gradient, then the
+        prefetcher's step ends; the gradients are cleared."""
+        self._release_backward()
+        for p, h, m, v in self._params:
+            if p.grad is None:
+                continue  # as torch.optim.Adam: no step for it, its count stays
+            step = self._steps.get(id(p), 0) + 1
+            self._steps[id(p)] = step
+            grad = p.grad.detach().contiguous()
+            t = _AdamTensors()
+            t.params = self._acquire(h, _READ_WRITE)
+            t.grads = grad.data_ptr()
+            t.grad_type = 0
+            t.exp_avg = self._acquire(m, _READ_WRITE)
+            t.exp_avg_sq = self._acquire(v, _READ_WRITE)
+            t.out_type = 0
+            t.count = grad.numel()
+            status = self._lib.strata_adam_step_host(self._kernels, ctypes.byref(t),
+                                                     ctypes.byref(self._opts), step)
+            for handle in (h, m, v):
+                self._release(handle)
+            self._check(status, "adam step")
+            p.grad = None
+        if self._in_step:
+            self._check(self._lib.strata_prefetcher_end_step(self._fetch), "end_step")
+            self._in_step = False
+
+    def parameters(self):
+        """Each parameter's current value, as a CPU copy (for checks)."""
+        out = []
+        for p, h, _m, _v in self._params:
+            ptr = self._acquire(h, _READ_ONLY, through_prefetcher=False)
+            shape = self._shapes[id(p)]
+            out.append(self._view(ptr, shape, _numel(shape)).clone())
+            self._release(h, through_prefetcher=False)
+        return out
+
+    def stats(self):
+        """The residency manager's and the prefetcher's counters."""
+        out = {}
+        for name, fn, handle in (("offload", self._lib.strata_residency_stats_json, self._res),
+                                 ("prefetch", self._lib.strata_prefetcher_stats_json,
+                                  self._fetch)):
+            text = ctypes.c_char_p()
+            self._check(fn(handle, ctypes.byref(text)), "stats")
+            out[name] = json.loads(text.value.decode())
+            self._lib.strata_string_free(text)
+        return out
+
+    def close(self):
+        """Removes the hooks and frees everything Strata holds."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        for module, forward in self._linears:
+            module.forward = forward
+        self._linears = []
+        self._release_backward()
+        if self._fetch:
+            self._lib.strata_prefetcher_destroy(self._fetch)
+            self._fetch = None
+        for _p, h, m, v in self._params:
+            for handle in (h, m, v):
+                self._lib.strata_residency_unregister(self._res, handle)
+        self._params = []
+        self._lib.strata_kernels_destroy(self._kernels)
+        self._lib.strata_residency_destroy(self._res)
+        self._lib.strata_allocator_destroy(self._alloc)
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _tensors(output):
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for t in output if isinstance(t, torch.Tensor)]
+    return []
+
+
+def offload(model, **options):
+    """Offload `model`'s parameters and Adam state to Strata's tiers; see
+    Offload for the options. Returns the Offload: call its step() where
+    optimizer.step() was."""
+    return Offload(model, **options)

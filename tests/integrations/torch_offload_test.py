@@ -1,0 +1,155 @@
+"""strata_torch.offload with a real PyTorch (Debian's python3-torch, CPU) on the
+sim device, whose capacity is smaller than the model: every step moves
+parameters and Adam state between the device, the host tier and NVMe.
+
+Checks, each against the same model and seed trained plainly with
+torch.optim.Adam (foreach=False):
+  - 20 steps give the same losses (to 1e-5) and the same final parameters:
+    to 1e-5 for the plain model, to lr / 4 = 2.5e-4 for the branching one.
+    Strata's Adam kernel does PyTorch's operations in fp32, but its vector
+    units may fuse a multiply and an add, so a step may differ in the last
+    bits (measured: about 1e-7). A parameter whose first Adam step comes
+    after the others have taken one (the branch's) sees gradients that
+    differ by those bits, and a first step divides each gradient by its
+    own size plus eps: where |g| is near eps = 1e-8 a difference d moves
+    the update by up to lr d / (4 eps), so the bound for it is lr / 4;
+  - from the second step the prefetcher's hits cover the parameters, late
+    fills are counted, and each step moves at least what does not fit on
+    the device;
+  - a model whose order changes every other step (a branch) still trains
+    the same, and the prefetcher counts its re-syncs.
+
+Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
+when every check passed. Random choices use seed 20261125.
+"""
+
+import os
+import sys
+
+SEED = 20261125
+
+try:
+    import torch
+except ImportError as e:
+    print(f"SKIP: torch is not installed ({e}); scripts/install-deps installs python3-torch")
+    sys.exit(0)
+
+import strata_torch  # noqa: E402  (after the skip)
+
+HIDDEN = 512
+BLOCKS = 4
+STEPS = 20
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(HIDDEN, 2 * HIDDEN)
+        self.down = torch.nn.Linear(2 * HIDDEN, HIDDEN)
+        self.norm = torch.nn.LayerNorm(HIDDEN)
+
+    def forward(self, x):
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+class Model(torch.nn.Module):
+    """A few million parameters; `branch` adds a block every other step."""
+
+    def __init__(self, branch=False):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(BLOCKS))
+        self.extra = Block() if branch else None
+        self.head = torch.nn.Linear(HIDDEN, 10)
+
+    def forward(self, x, step=0):
+        for i, b in enumerate(self.blocks):
+            x = b(x)
+            if self.extra is not None and i == 1 and step % 2 == 1:
+                x = self.extra(x)
+        return self.head(x)
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(SEED + step)
+    return torch.randn(16, HIDDEN, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def plain(branch):
+    torch.manual_seed(SEED)
+    model = Model(branch)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    losses = []
+    for s in range(STEPS):
+        x, y = batch(s)
+        loss = torch.nn.functional.cross_entropy(model(x, s), y)
+        opt.zero_grad(set_to_none=True)  # as Offload.step() clears them
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def offloaded(branch, nvme_dir):
+    torch.manual_seed(SEED)
+    model = Model(branch)
+    total = sum(p.numel() * 4 for p in model.parameters())
+    off = strata_torch.offload(
+        model, lr=1e-3,
+        device="sim:capacity=8MiB,granularity=64KiB",
+        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
+             "nvme_block_size:64KiB")
+    losses, moved, hits = [], [], []
+    for s in range(STEPS):
+        x, y = batch(s)
+        loss = torch.nn.functional.cross_entropy(model(x, s), y)
+        loss.backward()
+        off.step()
+        losses.append(loss.item())
+        st = off.stats()["prefetch"]
+        moved.append(st["step_bytes_from_host"] + st["step_bytes_from_nvme"])
+        hits.append(st["hits"])
+    params = off.parameters()
+    stats = off.stats()
+    off.close()
+    return losses, params, stats, moved, hits, total
+
+
+def check(name, ok, detail=""):
+    if not ok:
+        print(f"torch_offload_test: FAILED: {name} {detail} (seed {SEED})")
+        sys.exit(1)
+
+
+def main():
+    nvme_dir = os.environ.get("STRATA_TEST_SCRATCH_DIR", "/var/tmp") + "/torch-offload"
+    os.makedirs(nvme_dir, exist_ok=True)
+    for branch in (False, True):
+        want_losses, want_params = plain(branch)
+        losses, params, stats, moved, hits, total = offloaded(branch, nvme_dir)
+        label = "branching model" if branch else "model"
+        worst = max(abs(a - b) for a, b in zip(losses, want_losses))
+        check(f"{label}: losses", worst <= 1e-5, f"differ by {worst}")
+        drift = max((a - b).abs().max().item() for a, b in zip(params, want_params))
+        bound = 2.5e-4 if branch else 1e-5  # see the module's doc
+        check(f"{label}: final parameters", drift <= bound, f"differ by {drift}")
+        p = stats["prefetch"]
+        o = stats["offload"]
+        check(f"{label}: spills to NVMe", o["spills_to_nvme"] > 0, str(o))
+        check(f"{label}: hits from the second step", hits[-1] > hits[0] and p["hits"] > 0, str(p))
+        # The device holds 8 MiB of 3 x `total` bytes: each step must bring
+        # back at least the rest of the parameters.
+        least = total - (8 << 20)
+        check(f"{label}: bytes moved per step", min(moved[1:]) >= least,
+              f"{min(moved[1:])} < {least}")
+        if branch:
+            check("branching model: re-syncs counted", p["resyncs"] + p["unrecorded"] > 0, str(p))
+        print(f"torch_offload_test: {label}: {total / 1e6:.1f} MB of parameters, "
+              f"losses within {worst:.1e}, parameters within {drift:.1e}; "
+              f"hits {p['hits']}, late fills {p['late_fills']}, re-syncs {p['resyncs']}, "
+              f"min bytes moved per step {min(moved[1:]) / 1e6:.1f} MB; "
+              f"spills to host {o['spills_to_host']}, to NVMe {o['spills_to_nvme']}")
+    print("torch_offload_test: OK")
+
+
+if __name__ == "__main__":
+    main()
