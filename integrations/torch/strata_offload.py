@@ -279,19 +279,24 @@ class Offload:
             step = self._steps.get(id(p), 0) + 1
             self._steps[id(p)] = step
             grad = p.grad.detach().contiguous()
-            t = _AdamTensors()
-            t.params = self._acquire(h, _READ_WRITE)
-            t.grads = grad.data_ptr()
-            t.grad_type = 0
-            t.exp_avg = self._acquire(m, _READ_WRITE)
-            t.exp_avg_sq = self._acquire(v, _READ_WRITE)
-            t.out_type = 0
-            t.count = grad.numel()
-            status = self._lib.strata_adam_step_host(self._kernels, ctypes.byref(t),
-                                                     ctypes.byref(self._opts), step)
-            for handle in (h, m, v):
-                self._release(handle)
-            self._check(status, "adam step")
+            held = []  # released whatever happens: a failed fill leaves the others as they were
+            try:
+                ptrs = []
+                for handle in (h, m, v):
+                    ptrs.append(self._acquire(handle, _READ_WRITE))
+                    held.append(handle)
+                t = _AdamTensors()
+                t.params, t.exp_avg, t.exp_avg_sq = ptrs
+                t.grads = grad.data_ptr()
+                t.grad_type = 0
+                t.out_type = 0
+                t.count = grad.numel()
+                self._check(self._lib.strata_adam_step_host(self._kernels, ctypes.byref(t),
+                                                            ctypes.byref(self._opts), step),
+                            "adam step")
+            finally:
+                for handle in held:
+                    self._release(handle)
             p.grad = None
         if self._in_step:
             self._check(self._lib.strata_prefetcher_end_step(self._fetch), "end_step")

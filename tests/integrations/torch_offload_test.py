@@ -17,7 +17,10 @@ torch.optim.Adam (foreach=False):
     fills are counted, and each step moves at least what does not fit on
     the device;
   - a model whose order changes every other step (a branch) still trains
-    the same, and the prefetcher counts its re-syncs.
+    the same, and the prefetcher counts its re-syncs;
+  - an NVMe file overwritten behind Strata's back (through /proc/self/fd)
+    is an error at the next use of a buffer on it, naming the extent's
+    failed checksum, not bytes used.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -34,7 +37,8 @@ except ImportError as e:
     print(f"SKIP: torch is not installed ({e}); scripts/install-deps installs python3-torch")
     sys.exit(0)
 
-import strata_torch  # noqa: E402  (after the skip)
+import strata_offload  # noqa: E402  (after the skip)
+import strata_torch  # noqa: E402
 
 HIDDEN = 512
 BLOCKS = 4
@@ -114,6 +118,37 @@ def offloaded(branch, nvme_dir):
     return losses, params, stats, moved, hits, total
 
 
+def corrupted(nvme_dir):
+    """The OffloadError of the step after the NVMe file was overwritten."""
+    torch.manual_seed(SEED)
+    model = Model()
+    off = strata_torch.offload(
+        model, lr=1e-3, device="sim:capacity=8MiB,granularity=64KiB",
+        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
+             "nvme_block_size:64KiB")
+    try:
+        for s in range(3):
+            if s == 2:
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        target = os.readlink(f"/proc/self/fd/{fd}")
+                    except OSError:
+                        continue
+                    if target.startswith(os.path.realpath(nvme_dir) + "/"):
+                        w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+                        os.pwrite(w, b"\xa5" * os.fstat(w).st_size, 0)
+                        os.fsync(w)
+                        os.close(w)
+            x, y = batch(s)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            off.step()
+        return None
+    except strata_offload.OffloadError as e:
+        return str(e)
+    finally:
+        off.close()
+
+
 def check(name, ok, detail=""):
     if not ok:
         print(f"torch_offload_test: FAILED: {name} {detail} (seed {SEED})")
@@ -148,6 +183,10 @@ def main():
               f"hits {p['hits']}, late fills {p['late_fills']}, re-syncs {p['resyncs']}, "
               f"min bytes moved per step {min(moved[1:]) / 1e6:.1f} MB; "
               f"spills to host {o['spills_to_host']}, to NVMe {o['spills_to_nvme']}")
+    os.makedirs(nvme_dir + "-corrupt", exist_ok=True)
+    error = corrupted(nvme_dir + "-corrupt")
+    check("a corrupted extent", error is not None and "failed its checksum" in error, str(error))
+    print(f"torch_offload_test: a corrupted extent: {error}")
     print("torch_offload_test: OK")
 
 
