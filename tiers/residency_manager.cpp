@@ -66,6 +66,11 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
     const std::size_t chunk =
         std::min<std::size_t>(std::size_t{4} << 20, options.host_capacity / 4);
     m->staging_chunk_ = std::max(block, chunk / block * block);
+    for (void*& r : m->reserve_) {
+      auto p = alloc.dev().host_alloc(m->staging_chunk_);
+      if (!p) return p.error();
+      r = *p;
+    }
     // Write-behind keeps the room the read-ahead needs makeable without a
     // write (at most the whole host tier); off without a host capacity or
     // with nvme_write_behind off.
@@ -125,6 +130,9 @@ residency_manager::~residency_manager() {
     if (s.native == nullptr) continue;
     (void)d.synchronize_stream(s);
     (void)d.destroy_stream(s);
+  }
+  for (void* r : reserve_) {
+    if (r != nullptr) (void)d.host_free(r);
   }
 }
 

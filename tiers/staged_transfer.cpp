@@ -26,35 +26,66 @@ namespace strata {
 
 namespace {
 
-// Two staging chunks from the host pool, given back on scope exit.
+// Two staging chunks from the host pool, or (when the host tier is full)
+// the manager's two reserved ones; given back on scope exit.
 class staging_slots {
  public:
-  explicit staging_slots(pinned_host_pool& pool) : pool_(pool) {}
+  staging_slots(pinned_host_pool& pool, bool& reserve_in_use)
+      : pool_(pool), reserve_in_use_(reserve_in_use) {}
   staging_slots(const staging_slots&) = delete;
   staging_slots& operator=(const staging_slots&) = delete;
   staging_slots(staging_slots&&) = delete;
   staging_slots& operator=(staging_slots&&) = delete;
   ~staging_slots() {
+    if (reserved_) {
+      reserve_in_use_ = false;
+      return;
+    }
     for (void* p : slots_) {
       if (p != nullptr) pool_.free(p);
     }
   }
   unsigned char* operator[](std::size_t i) const { return static_cast<unsigned char*>(slots_[i]); }
-  void*& slot(std::size_t i) { return slots_[i]; }
+  // Fills both slots: from the pool through `take`, else the reserve.
+  template <class Take>
+  status fill(Take&& take, void* const reserve[2], std::size_t bytes) {
+    for (void*& slot : slots_) {
+      auto p = take(bytes);
+      if (p) {
+        slot = *p;
+        continue;
+      }
+      if (p.code() != errc::out_of_memory || reserve_in_use_ || reserve[0] == nullptr) {
+        return p.error();
+      }
+      for (void*& s : slots_) {  // the pool's chunks back; the reserve serves both
+        if (s != nullptr) pool_.free(s);
+        s = nullptr;
+      }
+      slots_[0] = reserve[0];
+      slots_[1] = reserve[1];
+      reserved_ = true;
+      reserve_in_use_ = true;
+      return {};
+    }
+    return {};
+  }
 
  private:
   pinned_host_pool& pool_;
+  bool& reserve_in_use_;
   void* slots_[2] = {nullptr, nullptr};
+  bool reserved_ = false;
 };
 
 }  // namespace
 
 status residency_manager::stream_to_nvme(buffer& b) {
-  staging_slots slots(*host_);
-  for (std::size_t k = 0; k < 2; ++k) {
-    auto p = host_memory(std::min(staging_chunk_, b.bytes));
-    if (!p) return p.error();
-    slots.slot(k) = *p;
+  staging_slots slots(*host_, reserve_in_use_);
+  if (auto s = slots.fill([this](std::size_t n) { return host_memory(n); }, reserve_,
+                          std::min(staging_chunk_, b.bytes));
+      !s) {
+    return s;
   }
   auto extent = nvme_->begin_write(b.bytes);
   while (!extent && extent.code() == errc::out_of_memory && drop_a_kept_extent()) {
@@ -124,11 +155,11 @@ status residency_manager::stream_in(std::uint64_t extent, void* dev, std::size_t
 }
 
 status residency_manager::stream_from_nvme(buffer& b, void* dev) {
-  staging_slots slots(*host_);
-  for (std::size_t k = 0; k < 2; ++k) {
-    auto p = host_memory(std::min(staging_chunk_, b.bytes));
-    if (!p) return p.error();
-    slots.slot(k) = *p;
+  staging_slots slots(*host_, reserve_in_use_);
+  if (auto s = slots.fill([this](std::size_t n) { return host_memory(n); }, reserve_,
+                          std::min(staging_chunk_, b.bytes));
+      !s) {
+    return s;
   }
   void* const chunks[2] = {slots[0], slots[1]};
   if (auto st = stream_in(b.extent, dev, b.bytes, chunks, fill_stream_, staging_done_); !st) {

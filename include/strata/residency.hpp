@@ -371,10 +371,16 @@ class STRATA_API residency_manager {
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;
-  stream_handle spill_stream_{};      // device-to-host copies, waited for
-  stream_handle fill_stream_{};       // host-to-device copies, stream-ordered
-  event_handle copy_done_{};          // a spill's copy
-  std::size_t staging_chunk_ = 0;     // bytes per staging chunk (block multiple)
+  stream_handle spill_stream_{};   // device-to-host copies, waited for
+  stream_handle fill_stream_{};    // host-to-device copies, stream-ordered
+  event_handle copy_done_{};       // a spill's copy
+  std::size_t staging_chunk_ = 0;  // bytes per staging chunk (block multiple)
+  // Two pinned staging chunks of the device's own, outside the host tier:
+  // a streamed fill or spill that finds the host tier full (of reads in
+  // flight, of its arena's fragments) takes these instead. Used under mu_
+  // by one streamed transfer at a time.
+  void* reserve_[2] = {nullptr, nullptr};
+  bool reserve_in_use_ = false;
   std::uint64_t host_capacity_ = 0;   // the host tier's, 0: no limit
   std::uint64_t reading_bytes_ = 0;   // host memory held by prefetch reads in flight
   std::uint64_t writeback_room_ = 0;  // host room write-behind keeps makeable; 0: off

@@ -155,28 +155,20 @@ TEST(Prefetch, TheLearnedOrderBringsBuffersFromTheHostAhead) {
 // room to stream through: before they did, a host tier full of reads in
 // flight (no victims) made an acquire fail with "no pinned memory" (seen
 // with strata_offload.py's Adam state).
-TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
-  offload_options o;
-  o.host_capacity = 2 * mib;
-  o.host_chunk = 64 << 10;
-  o.host_large = 4096;
-  o.nvme_dir = scratch();
-  o.nvme_block_size = 64 << 10;
-  o.prefetch_bytes = mib;
-  o.device_lookahead = mib;
-  o.host_lookahead = 8 * mib;
-  o.prefetch_inflight = 16;
-  rig r("sim:capacity=1MiB,granularity=64KiB", o);
+// A model's shape through the prefetcher: `layers` weights of `weight`
+// bytes and small biases, read in forward and backward, then each updated
+// with its two optimizer states; every acquire must succeed and keep its
+// bytes.
+void run_model_shape(const std::string& sim, const offload_options& o, std::size_t weight) {
+  rig r(sim, o);
   ASSERT_TRUE(r.fetch);
-  // A model's shape: 4 weights and 4 biases read in forward and backward,
-  // then each updated with its two optimizer states (3 MiB on a 1 MiB
-  // device): parameters 0-7, their states 8-23.
-  for (int layer = 0; layer < 4; ++layer) {
-    r.add(1, 256 << 10);
+  constexpr std::size_t layers = 4;
+  for (std::size_t layer = 0; layer < layers; ++layer) {  // parameters 0 to 7
+    r.add(1, weight);
     r.add(1, 1 << 10);
   }
-  for (int layer = 0; layer < 4; ++layer) {
-    r.add(2, 256 << 10);
+  for (std::size_t layer = 0; layer < layers; ++layer) {  // their states, 8 to 23
+    r.add(2, weight);
     r.add(2, 1 << 10);
   }
   const auto touch = [&](std::size_t k, access_mode mode) -> status {
@@ -200,7 +192,7 @@ TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
       const status s = touch(k, access_mode::read_only);
       ASSERT_TRUE(s.ok()) << "step " << step << ", parameter " << k << ": " << s.to_string();
     }
-    for (std::size_t k = 0; k < 8; ++k) {
+    for (std::size_t k = 0; k < 2 * layers; ++k) {
       for (const std::size_t b : {k, 8 + 2 * k, 9 + 2 * k}) {
         const status s = touch(b, access_mode::read_write);
         ASSERT_TRUE(s.ok()) << "step " << step << ", buffer " << b << ": " << s.to_string();
@@ -210,6 +202,35 @@ TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
   }
   EXPECT_GT(r.manager->stats().prefetch_reads, 0u);
   r.expect_every_byte();
+}
+
+offload_options tight_host(std::size_t host) {
+  offload_options o;
+  o.host_capacity = host;
+  o.host_chunk = 64 << 10;
+  o.host_large = 4096;
+  o.nvme_dir = scratch();
+  o.nvme_block_size = 64 << 10;
+  o.prefetch_bytes = mib;
+  o.device_lookahead = mib;
+  o.host_lookahead = 8 * mib;
+  o.prefetch_inflight = 16;
+  return o;
+}
+
+// Reads ahead into a small host tier must leave an acquire's own fill the
+// room to stream through: before they did, a host tier full of reads in
+// flight (no victims) made an acquire fail with "no pinned memory" (seen
+// with strata_offload.py's Adam state).
+TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
+  run_model_shape("sim:capacity=1MiB,granularity=64KiB", tight_host(2 * mib), 256 << 10);
+}
+
+// A host tier only twice the largest buffer, its arena fragmented by small
+// ones: a streamed fill takes the manager's reserved staging chunks when
+// the tier has no room left for its own (before: "no pinned memory").
+TEST(Prefetch, AFullHostTierStillStreamsFillsThroughTheReserve) {
+  run_model_shape("sim:capacity=8MiB,granularity=64KiB", tight_host(4 * mib), 2 * mib);
 }
 
 TEST(Prefetch, NvmeBuffersAreReadAheadThenCopied) {
