@@ -77,6 +77,8 @@ def _load(path):
     sigs = {
         "strata_allocator_create": [ctypes.c_char_p, out],
         "strata_allocator_destroy": [vp],
+        "strata_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
+        "strata_memory_summary": [vp, ctypes.POINTER(ctypes.c_char_p)],
         "strata_stream_synchronize": [vp, vp],
         "strata_residency_create": [vp, ctypes.c_char_p, out],
         "strata_residency_destroy": [vp],
@@ -312,6 +314,24 @@ class Offload:
             self._release(h, through_prefetcher=False)
         return out
 
+    def _string(self, fn, handle):
+        text = ctypes.c_char_p()
+        self._check(fn(handle, ctypes.byref(text)), fn.__name__)
+        value = text.value.decode()
+        self._lib.strata_string_free(text)
+        return value
+
+    def memory_stats(self):
+        """The device allocator's counters with torch.cuda.memory_stats()
+        names, then the tiers' as "offload.<name>" and the prefetcher's as
+        "prefetch.<name>"."""
+        return json.loads(self._string(self._lib.strata_stats_json, self._alloc))
+
+    def memory_summary(self):
+        """torch.cuda.memory_summary()'s table, with the tiers' and the
+        prefetcher's sections."""
+        return self._string(self._lib.strata_memory_summary, self._alloc)
+
     def stats(self):
         """The residency manager's and the prefetcher's counters."""
         out = {}
@@ -326,6 +346,8 @@ class Offload:
 
     def close(self):
         """Removes the hooks and frees everything Strata holds."""
+        if self in _active:
+            _active.remove(self)
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
@@ -360,8 +382,18 @@ def _tensors(output):
     return []
 
 
+_active = []  # the Offloads not closed, newest last (strata_torch.memory_stats reads it)
+
+
+def active():
+    """The newest Offload not closed, or None."""
+    return _active[-1] if _active else None
+
+
 def offload(model, **options):
     """Offload `model`'s parameters and Adam state to Strata's tiers; see
     Offload for the options. Returns the Offload: call its step() where
     optimizer.step() was."""
-    return Offload(model, **options)
+    off = Offload(model, **options)
+    _active.append(off)
+    return off

@@ -141,13 +141,31 @@ def _text(function, device):
         lib.strata_torch_string_free(pointer)
 
 
+def _offloaded():
+    """The active offload() when install() has not run (the sim device)."""
+    if _lib is not None:
+        return None
+    import strata_offload  # pylint: disable=import-outside-toplevel
+
+    return strata_offload.active()
+
+
 def memory_stats(device=None):
-    """Counters with torch.cuda.memory_stats() names, as a dict."""
+    """Counters with torch.cuda.memory_stats() names, as a dict; with an
+    offload() on the sim device, its allocator's, the tiers' ("offload.*")
+    and the prefetcher's ("prefetch.*")."""
+    off = _offloaded()
+    if off is not None:
+        return off.memory_stats()
     return json.loads(_text("strata_torch_stats_json", device))
 
 
 def memory_summary(device=None):
-    """The table of torch.cuda.memory_summary(), from Strata."""
+    """The table of torch.cuda.memory_summary(), from Strata (with an
+    offload(): its allocator's, with the tiers' and prefetcher's sections)."""
+    off = _offloaded()
+    if off is not None:
+        return off.memory_summary()
     return _text("strata_torch_memory_summary", device)
 
 

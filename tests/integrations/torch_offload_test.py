@@ -114,6 +114,12 @@ def offloaded(branch, nvme_dir):
         hits.append(st["hits"])
     params = off.parameters()
     stats = off.stats()
+    torch_stats = strata_torch.memory_stats()
+    check("memory_stats has the tiers and the prefetcher",
+          torch_stats.get("offload.spills_to_nvme", 0) > 0 and "prefetch.hits" in torch_stats
+          and "allocated_bytes.all.peak" in torch_stats, str(sorted(torch_stats)[:8]))
+    summary = strata_torch.memory_summary()
+    check("memory_summary has their sections", "offload" in summary and "prefetch" in summary)
     off.close()
     return losses, params, stats, moved, hits, total
 
