@@ -45,6 +45,7 @@ _OPTIMIZER_STATE = 2
 _EVICTABLE = 0
 _READ_WRITE = 0
 _READ_ONLY = 1
+_OUT_OF_MEMORY = 2  # STRATA_ERROR_OUT_OF_MEMORY
 
 
 class OffloadError(RuntimeError):
@@ -156,6 +157,10 @@ class Offload:
         self._backward = []  # modules whose parameters backward holds now
         self._hooks = []
         self._shapes = {}    # id(parameter) -> its shape
+        self._names = {}     # handle -> what it holds, for messages
+        self._sizes = {}     # handle -> bytes
+        self._held = {}      # handle -> acquires not yet released
+        names = {id(p): n for n, p in model.named_parameters()}
         for p in model.parameters():
             if p.dtype != torch.float32:
                 raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
@@ -166,6 +171,10 @@ class Offload:
             self._fill(m, torch.zeros_like(p))
             self._fill(v, torch.zeros_like(p))
             self._params.append((p, h, m, v))
+            name = names.get(id(p), "a parameter")
+            for handle, what in ((h, name), (m, f"{name}'s exp_avg"), (v, f"{name}'s exp_avg_sq")):
+                self._names[handle] = what
+                self._sizes[handle] = p.numel() * 4
             self._handle[id(p)] = h
             self._shapes[id(p)] = tuple(p.shape)
             p.data = torch.empty(0)  # the model's own copy is gone: Strata holds it
@@ -182,8 +191,30 @@ class Offload:
 
     # --- the C API ---------------------------------------------------------
     def _check(self, status, what):
-        if status != 0:
-            raise OffloadError(f"{what}: {self._lib.strata_last_error_message().decode()}")
+        if status == 0:
+            return
+        message = f"{what}: {self._lib.strata_last_error_message().decode()}"
+        if status == _OUT_OF_MEMORY and hasattr(self, "_held"):
+            message += self._held_on_device()
+        raise OffloadError(message)
+
+    def _held_on_device(self):
+        """What an out-of-memory acquire could not move off the device: the
+        buffers held by modules running now (their parameters, the
+        optimizer's state in step()), largest first."""
+        held = sorted(((n, self._names.get(h, f"buffer {h}"), self._sizes[h])
+                       for h, n in self._held.items() if n > 0 and h in self._sizes),
+                      key=lambda t: -t[2])
+        if not held:
+            return ("\nstrata_offload: nothing Strata manages is held on the device: the "
+                    "device is too small for one buffer next to what PyTorch itself holds")
+        total = sum(size for _n, _name, size in held)
+        names = ", ".join(f"{name} ({size / 2**20:.2f} MiB)" for _n, name, size in held[:8])
+        more = f" and {len(held) - 8} more" if len(held) > 8 else ""
+        return (f"\nstrata_offload: held on the device, so not offloadable now "
+                f"({total / 2**20:.2f} MiB): {names}{more}. Everything else Strata holds "
+                "was free to move to the host tier and NVMe: a larger device, or smaller "
+                "modules, would fit")
 
     def _make(self, fn, *args):
         out = ctypes.c_void_p()
@@ -204,7 +235,8 @@ class Offload:
         else:
             status = self._lib.strata_residency_acquire_mode(self._res, h, None, mode,
                                                              ctypes.byref(ptr))
-        self._check(status, f"acquire of buffer {h}")
+        self._check(status, f"acquire of {self._names.get(h, f'buffer {h}')}")
+        self._held[h] = self._held.get(h, 0) + 1
         # The fill is stream-ordered; the CPU reads the bytes next.
         self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
         return ptr.value
@@ -213,7 +245,8 @@ class Offload:
         fn = (self._lib.strata_prefetcher_release if through_prefetcher
               else self._lib.strata_residency_release)
         self._check(fn(self._fetch if through_prefetcher else self._res, h, None),
-                    f"release of buffer {h}")
+                    f"release of {self._names.get(h, f'buffer {h}')}")
+        self._held[h] -= 1
 
     def _fill(self, h, src):
         ptr = self._acquire(h, _READ_WRITE, through_prefetcher=False)

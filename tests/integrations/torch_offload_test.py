@@ -20,7 +20,9 @@ torch.optim.Adam (foreach=False):
     the same, and the prefetcher counts its re-syncs;
   - an NVMe file overwritten behind Strata's back (through /proc/self/fd)
     is an error at the next use of a buffer on it, naming the extent's
-    failed checksum, not bytes used.
+    failed checksum, not bytes used;
+  - a device too small for one Adam update is an out-of-memory error that
+    names the buffers held on the device (what could not be offloaded).
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -155,6 +157,26 @@ def corrupted(nvme_dir):
         off.close()
 
 
+def too_small(nvme_dir):
+    """The OffloadError of a device smaller than one Adam update's three
+    buffers (a 2 MiB weight and its two moments on a 5 MiB device)."""
+    torch.manual_seed(SEED)
+    model = Model()
+    off = strata_torch.offload(
+        model, lr=1e-3, device="sim:capacity=5MiB,granularity=64KiB",
+        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
+             "nvme_block_size:64KiB")
+    try:
+        x, y = batch(0)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        off.step()
+        return None
+    except strata_offload.OffloadError as e:
+        return str(e)
+    finally:
+        off.close()
+
+
 def check(name, ok, detail=""):
     if not ok:
         print(f"torch_offload_test: FAILED: {name} {detail} (seed {SEED})")
@@ -193,6 +215,11 @@ def main():
     error = corrupted(nvme_dir + "-corrupt")
     check("a corrupted extent", error is not None and "failed its checksum" in error, str(error))
     print(f"torch_offload_test: a corrupted extent: {error}")
+    error = too_small(nvme_dir)
+    check("an out-of-memory error names what is held",
+          error is not None and "out of memory" in error and "held on the device" in error
+          and "up.weight" in error, str(error))
+    print(f"torch_offload_test: a device too small: {error.splitlines()[-1]}")
     print("torch_offload_test: OK")
 
 
