@@ -38,6 +38,33 @@ struct layer_plan {
   std::uint64_t scratch = 0;         // backward's activation gradients
 };
 
+// ZeRO-3's gathered layers: a layer's parameters are gathered one layer
+// ahead and freed after it (nothing without ZeRO-3).
+class layer_gathers {
+ public:
+  layer_gathers(builder& b, std::uint64_t bytes) : b_(b), bytes_(bytes) {
+    if (bytes_ > 0) next_ = b_.alloc(category::collective_buffers, bytes_);
+  }
+  // A layer starts: gathers the one after it (if `another`); returns its own.
+  std::uint32_t begin(bool another) {
+    const std::uint32_t mine = next_;
+    if (bytes_ > 0 && another) next_ = b_.alloc(category::collective_buffers, bytes_);
+    return mine;
+  }
+  void end(std::uint32_t mine) {
+    if (bytes_ > 0) b_.free(mine);
+  }
+
+ private:
+  builder& b_;
+  std::uint64_t bytes_;
+  std::uint32_t next_ = 0;
+};
+
+std::string micro_label(const plan_setup& s, std::uint64_t micro) {
+  return s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
+}
+
 layer_plan plan_layer(const plan_setup& s) {
   layer_plan p;
   const std::uint64_t w = s.dtype == precision::fp32 ? 4 : 2;
@@ -62,17 +89,15 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
-  const std::string mb = s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
+  const std::string mb = micro_label(s, micro);
   b.phase("forward, embedding" + mb);
   std::uint32_t outer = 0;
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
-  std::uint32_t next = 0;
-  if (p.gathered > 0) next = b.alloc(category::collective_buffers, p.gathered);
+  layer_gathers gathers(b, p.gathered);
   if (p.outer_gathered > 0) b.free(outer);
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
-    const std::uint32_t mine = next;
-    if (p.gathered > 0 && l + 1 < layers) next = b.alloc(category::collective_buffers, p.gathered);
+    const std::uint32_t mine = gathers.begin(l + 1 < layers);
     std::vector<std::uint32_t> ids;
     for (const std::uint64_t t : p.saved) ids.push_back(b.alloc(category::activations, t));
     if (s.checkpointing) {
@@ -82,7 +107,7 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
       ids = {keep};
     }
     saved.push_back(std::move(ids));
-    if (p.gathered > 0) b.free(mine);
+    gathers.end(mine);
   }
   b.phase("forward, logits and loss" + mb);
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
@@ -94,11 +119,10 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
 }
 
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
-              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
-              const std::vector<std::uint32_t>& grads) {
+              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
-  const std::string mb = s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
+  const std::string mb = micro_label(s, micro);
   b.phase("backward, loss and logits" + mb);
   std::uint32_t outer = 0;
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
@@ -107,12 +131,10 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
   const std::uint32_t dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
   b.free(dlogits);
   if (p.outer_gathered > 0) b.free(outer);
-  std::uint32_t next = 0;
-  if (p.gathered > 0) next = b.alloc(category::collective_buffers, p.gathered);
+  layer_gathers gathers(b, p.gathered);
   for (std::uint64_t l = layers; l-- > 0;) {
     b.phase("backward, layer " + std::to_string(l) + mb);
-    const std::uint32_t mine = next;
-    if (p.gathered > 0 && l > 0) next = b.alloc(category::collective_buffers, p.gathered);
+    const std::uint32_t mine = gathers.begin(l > 0);
     std::vector<std::uint32_t> recomputed;
     if (s.checkpointing) {
       for (const std::uint64_t t : p.saved) recomputed.push_back(b.alloc(category::activations, t));
@@ -124,10 +146,9 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     for (const std::uint32_t id : saved[l]) b.free(id);
     b.free(scratch);
     if (p.layer_grads > 0) b.free(layer_grads);  // reduce-scattered into its fp32 partition
-    if (p.gathered > 0) b.free(mine);
+    gathers.end(mine);
   }
   b.free(dhidden);
-  (void)grads;
 }
 
 }  // namespace
@@ -136,9 +157,8 @@ step_schedule make_step_schedule(const plan_setup& s) {
   step_schedule out;
   builder b(out);
   b.phase("model states");
-  std::vector<std::uint32_t> held;
   for (const held_tensor& t : model_state_tensors(s)) {
-    if (t.where == place::gpu) held.push_back(b.alloc(t.what, t.bytes));
+    if (t.where == place::gpu) b.alloc(t.what, t.bytes);  // held all step
   }
   const layer_plan p = plan_layer(s);
   std::vector<std::uint32_t> buckets;
@@ -150,7 +170,7 @@ step_schedule make_step_schedule(const plan_setup& s) {
     std::vector<std::vector<std::uint32_t>> saved;
     std::uint32_t logits = 0;
     forward(b, s, p, micro, saved, logits);
-    backward(b, s, p, micro, saved, logits, held);
+    backward(b, s, p, micro, saved, logits);
   }
   b.phase("optimizer step");
   for (const std::uint32_t id : buckets) b.free(id);
