@@ -170,14 +170,16 @@ result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mod
 }
 
 status prefetcher::release(std::uint64_t handle, void* stream) {
-  bool keep = false;  // a full buffer the order needs again soon
-  {
-    std::lock_guard lock(order_mu_);
-    keep = order_ != nullptr && order_->next_use(handle) <= reuse_distance_;
-  }
   {
     std::lock_guard walk(walk_mu_);
-    if (shards_->contains(handle)) return shards_->release(handle, stream_handle{stream}, keep);
+    if (shards_->contains(handle)) {
+      bool keep = false;  // a full buffer the order needs again soon
+      {
+        std::lock_guard lock(order_mu_);  // after walk_mu_, as a walk takes them
+        keep = order_ != nullptr && order_->next_use(handle) <= reuse_distance_;
+      }
+      return shards_->release(handle, stream_handle{stream}, keep);
+    }
   }
   return buffers_.release(handle, stream);
 }
