@@ -144,11 +144,11 @@ class Offload:
 
     def __init__(self, model, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  adamw=False, device="sim:capacity=1GiB", conf="", library=None):
+        for p in model.parameters():  # before anything is made
+            if p.dtype != torch.float32:
+                raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
         self._lib = _load(library)
-        self._alloc = self._make("strata_allocator_create", f"device:{device}".encode())
-        self._res = self._make("strata_residency_create", self._alloc, conf.encode())
-        self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
-        self._kernels = self._make("strata_kernels_create", None, ctypes.c_uint(1))
+        self._alloc = self._res = self._fetch = self._kernels = None
         self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
         self._steps = {}     # id(parameter) -> its Adam steps (as torch's state["step"])
         self._in_step = False
@@ -156,29 +156,22 @@ class Offload:
         self._handle = {}    # id(parameter) -> handle
         self._backward = []  # modules whose parameters backward holds now
         self._hooks = []
+        self._linears = []   # (module, its own forward) for close()
         self._shapes = {}    # id(parameter) -> its shape
         self._names = {}     # handle -> what it holds, for messages
         self._sizes = {}     # handle -> bytes
         self._held = {}      # handle -> acquires not yet released
-        names = {id(p): n for n, p in model.named_parameters()}
-        for p in model.parameters():
-            if p.dtype != torch.float32:
-                raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
-            h = self._register(p.numel() * 4, _PARAMETER)
-            self._fill(h, p.detach().contiguous())
-            m, v = self._register(p.numel() * 4, _OPTIMIZER_STATE), \
-                self._register(p.numel() * 4, _OPTIMIZER_STATE)
-            self._fill(m, torch.zeros_like(p))
-            self._fill(v, torch.zeros_like(p))
-            self._params.append((p, h, m, v))
-            name = names.get(id(p), "a parameter")
-            for handle, what in ((h, name), (m, f"{name}'s exp_avg"), (v, f"{name}'s exp_avg_sq")):
-                self._names[handle] = what
-                self._sizes[handle] = p.numel() * 4
-            self._handle[id(p)] = h
-            self._shapes[id(p)] = tuple(p.shape)
+        try:
+            self._alloc = self._make("strata_allocator_create", f"device:{device}".encode())
+            self._res = self._make("strata_residency_create", self._alloc, conf.encode())
+            self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
+            self._kernels = self._make("strata_kernels_create", None, ctypes.c_uint(1))
+            self._register_all(model)
+        except BaseException:
+            self.close()  # the model keeps its parameters: nothing was taken from it yet
+            raise
+        for p, *_handles in self._params:
             p.data = torch.empty(0)  # the model's own copy is gone: Strata holds it
-        self._linears = []   # (module, its own forward) for close()
         for module in model.modules():
             if any(True for _ in module.parameters(recurse=False)):
                 self._hooks.append(module.register_forward_pre_hook(self._before_forward))
@@ -189,12 +182,30 @@ class Offload:
                                   _OffloadedLinear.apply(x, m.weight, m.bias))
         self._hooks.append(model.register_forward_pre_hook(self._step_begins))
 
+    def _register_all(self, model):
+        """Each parameter's bytes and two zeroed moments into the manager."""
+        names = {id(p): n for n, p in model.named_parameters()}
+        for p in model.parameters():
+            h = self._register(p.numel() * 4, _PARAMETER)
+            m = self._register(p.numel() * 4, _OPTIMIZER_STATE)
+            v = self._register(p.numel() * 4, _OPTIMIZER_STATE)
+            self._params.append((p, h, m, v))
+            self._fill(h, p.detach().contiguous())
+            self._fill(m, torch.zeros_like(p))
+            self._fill(v, torch.zeros_like(p))
+            name = names.get(id(p), "a parameter")
+            for handle, what in ((h, name), (m, f"{name}'s exp_avg"), (v, f"{name}'s exp_avg_sq")):
+                self._names[handle] = what
+                self._sizes[handle] = p.numel() * 4
+            self._handle[id(p)] = h
+            self._shapes[id(p)] = tuple(p.shape)
+
     # --- the C API ---------------------------------------------------------
     def _check(self, status, what):
         if status == 0:
             return
         message = f"{what}: {self._lib.strata_last_error_message().decode()}"
-        if status == _OUT_OF_MEMORY and hasattr(self, "_held"):
+        if status == _OUT_OF_MEMORY:
             message += self._held_on_device()
         raise OffloadError(message)
 
@@ -395,9 +406,12 @@ class Offload:
             for handle in (h, m, v):
                 self._lib.strata_residency_unregister(self._res, handle)
         self._params = []
-        self._lib.strata_kernels_destroy(self._kernels)
-        self._lib.strata_residency_destroy(self._res)
-        self._lib.strata_allocator_destroy(self._alloc)
+        for fn, name in (("strata_kernels_destroy", "_kernels"),
+                         ("strata_residency_destroy", "_res"),
+                         ("strata_allocator_destroy", "_alloc")):
+            if getattr(self, name):
+                getattr(self._lib, fn)(getattr(self, name))
+                setattr(self, name, None)
 
 
 def _numel(shape):

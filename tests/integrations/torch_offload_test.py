@@ -22,7 +22,9 @@ torch.optim.Adam (foreach=False):
     is an error at the next use of a buffer on it, naming the extent's
     failed checksum, not bytes used;
   - a device too small for one Adam update is an out-of-memory error that
-    names the buffers held on the device (what could not be offloaded).
+    names the buffers held on the device (what could not be offloaded);
+  - an offload() refused (a bad STRATA_CONF key) leaves the model's
+    parameters as they were.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -95,15 +97,34 @@ def plain(branch):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
+def offload(model, nvme_dir, capacity="8MiB"):
+    """`model` offloaded onto a sim device of `capacity` (smaller than the
+    model), a 24 MiB host tier and NVMe in `nvme_dir`."""
+    return strata_torch.offload(
+        model, lr=1e-3, device=f"sim:capacity={capacity},granularity=64KiB",
+        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
+             "nvme_block_size:64KiB")
+
+
+def overwrite_nvme_files(nvme_dir):
+    """Overwrites the NVMe store's (unnamed) file behind Strata's back."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(os.path.realpath(nvme_dir) + "/"):
+            w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+            os.pwrite(w, b"\xa5" * os.fstat(w).st_size, 0)
+            os.fsync(w)
+            os.close(w)
+
+
 def offloaded(branch, nvme_dir):
     torch.manual_seed(SEED)
     model = Model(branch)
     total = sum(p.numel() * 4 for p in model.parameters())
-    off = strata_torch.offload(
-        model, lr=1e-3,
-        device="sim:capacity=8MiB,granularity=64KiB",
-        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
-             "nvme_block_size:64KiB")
+    off = offload(model, nvme_dir)
     losses, moved, hits = [], [], []
     for s in range(STEPS):
         x, y = batch(s)
@@ -130,23 +151,11 @@ def corrupted(nvme_dir):
     """The OffloadError of the step after the NVMe file was overwritten."""
     torch.manual_seed(SEED)
     model = Model()
-    off = strata_torch.offload(
-        model, lr=1e-3, device="sim:capacity=8MiB,granularity=64KiB",
-        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
-             "nvme_block_size:64KiB")
+    off = offload(model, nvme_dir)
     try:
         for s in range(3):
             if s == 2:
-                for fd in os.listdir("/proc/self/fd"):
-                    try:
-                        target = os.readlink(f"/proc/self/fd/{fd}")
-                    except OSError:
-                        continue
-                    if target.startswith(os.path.realpath(nvme_dir) + "/"):
-                        w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
-                        os.pwrite(w, b"\xa5" * os.fstat(w).st_size, 0)
-                        os.fsync(w)
-                        os.close(w)
+                overwrite_nvme_files(nvme_dir)
             x, y = batch(s)
             torch.nn.functional.cross_entropy(model(x), y).backward()
             off.step()
@@ -162,10 +171,7 @@ def too_small(nvme_dir):
     buffers (a 2 MiB weight and its two moments on a 5 MiB device)."""
     torch.manual_seed(SEED)
     model = Model()
-    off = strata_torch.offload(
-        model, lr=1e-3, device="sim:capacity=5MiB,granularity=64KiB",
-        conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
-             "nvme_block_size:64KiB")
+    off = offload(model, nvme_dir, capacity="5MiB")
     try:
         x, y = batch(0)
         torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -175,6 +181,20 @@ def too_small(nvme_dir):
         return str(e)
     finally:
         off.close()
+
+
+def refused_conf():
+    """offload() with a bad STRATA_CONF key: the error, and whether the
+    model kept every parameter's values."""
+    torch.manual_seed(SEED)
+    model = Model()
+    before = [p.detach().clone() for p in model.parameters()]
+    try:
+        strata_torch.offload(model, conf="no_such_key:1")
+        return None, False
+    except strata_offload.OffloadError as e:
+        intact = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
+        return str(e), intact
 
 
 def check(name, ok, detail=""):
@@ -220,6 +240,9 @@ def main():
           error is not None and "out of memory" in error and "held on the device" in error
           and "up.weight" in error, str(error))
     print(f"torch_offload_test: a device too small: {error.splitlines()[-1]}")
+    error, intact = refused_conf()
+    check("a refused offload leaves the model whole",
+          error is not None and "no_such_key" in error and intact, str(error))
     print("torch_offload_test: OK")
 
 
