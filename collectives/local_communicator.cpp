@@ -1,8 +1,9 @@
 // The `local` communicator: a call queues a host function on the rank's
 // stream that joins the group's slot for the call's sequence number (see
 // local_group.hpp); the stream waits there until every rank has arrived and
-// the collective has run. Calls inside a group are held and queued at the
-// outermost group_end.
+// the collective has run (on timing-only devices a timed host function:
+// the stream goes on at the collective's modeled end). Calls inside a group
+// are held and queued at the outermost group_end.
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -20,10 +21,14 @@ struct queued_join {
   int rank;
   collective_call call;
 
-  static void run(void* arg) {
+  static void run(void* arg) { (void)run_timed(arg, 0); }
+
+  static double run_timed(void* arg, double start) {
     std::unique_ptr<queued_join> self(static_cast<queued_join*>(arg));
+    double ends = start;
     // A failure is the group's: every rank's async_error() reports it.
-    (void)self->group->join(self->seq, self->rank, self->call);
+    (void)self->group->join(self->seq, self->rank, self->call, start, ends);
+    return ends;
   }
 };
 
@@ -43,7 +48,11 @@ class local_communicator final : public communicator {
 
   status queue(const collective_call& call) {
     auto job = std::make_unique<queued_join>(queued_join{group_, next_seq_, rank(), call});
-    if (auto s = dev().launch_host_fn(call.stream, &queued_join::run, job.get()); !s) {
+    const status s =
+        dev().timing_only()
+            ? dev().launch_timed_host_fn(call.stream, &queued_join::run_timed, job.get())
+            : dev().launch_host_fn(call.stream, &queued_join::run, job.get());
+    if (!s) {
       do_call_failed(call, s);
       return s;
     }

@@ -1,5 +1,6 @@
 #include "local_group.hpp"
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <utility>
@@ -69,14 +70,17 @@ double local_group::modeled_seconds(const collective_call& call) const {
   return link + options_.latency_us * 1e-6;
 }
 
-status local_group::join(std::uint64_t seq, int rank, const collective_call& call) {
+status local_group::join(std::uint64_t seq, int rank, const collective_call& call, double start,
+                         double& ends) {
+  ends = start;
   std::unique_lock lock(mu_);
   if (!failed_.ok()) return {failed_.code(), failed_.message()};
   slot& s = slots_[seq];
   if (s.calls.empty()) s.calls.resize(static_cast<std::size_t>(ranks_));
   s.calls[static_cast<std::size_t>(rank)] = call;
+  s.latest_start = std::max(s.latest_start, start);
   if (++s.arrived == ranks_) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
     if (std::string why = mismatch(seq, s); !why.empty()) {
       failed_ = status{errc::comm_error, std::move(why)};
     } else {
@@ -84,8 +88,11 @@ status local_group::join(std::uint64_t seq, int rank, const collective_call& cal
       lock.unlock();
       if (move_data_) run_local_collective(s.calls, *pool_);
       lock.lock();
-      s.finish = start + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::duration<double>(modeled_seconds(call)));
+      const double seconds = modeled_seconds(call);
+      s.finish = move_data_ ? now + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::duration<double>(seconds))
+                            : now;
+      s.ends = s.latest_start + seconds;
       s.done = true;
     }
     arrived_.notify_all();
@@ -108,6 +115,7 @@ status local_group::join(std::uint64_t seq, int rank, const collective_call& cal
   }
   const bool ran = s.done;
   const auto finish = s.finish;
+  if (ran && !move_data_) ends = s.ends;
   // The last to leave removes the slot (after a failure, ranks that come
   // later stop at the failure and never look for it).
   if (++s.left == s.arrived) slots_.erase(seq);

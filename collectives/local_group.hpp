@@ -3,7 +3,10 @@
 // every other rank's n-th). Ranks join from their streams' threads (a host
 // function queued by the call); the last to arrive checks that the calls
 // match and runs the collective over every rank's buffers; every rank then
-// waits out the modeled link time before its stream goes on.
+// waits out the modeled link time before its stream goes on. On timing-only
+// devices the time is modeled, not waited out: the collective starts when
+// the last rank's stream reaches it (in modeled time) and every rank's
+// stream goes on at that start plus the link time.
 //
 // Invariants: a slot exists from its first arrival until its last rank has
 // left; `failed_` once set never clears, and a slot joined after it is never
@@ -38,10 +41,12 @@ class local_group {
 
   [[nodiscard]] int ranks() const noexcept { return ranks_; }
 
-  /// Rank `rank` arrives at collective `seq` with `call`; returns once the
-  /// collective has run on every rank and its modeled time has passed, or
-  /// with the group's failure (a mismatch, a timeout, an earlier failure).
-  status join(std::uint64_t seq, int rank, const collective_call& call);
+  /// Rank `rank` arrives at collective `seq` with `call`, its stream at
+  /// modeled time `start`; returns once the collective has run on every
+  /// rank and (with data) its modeled time has passed, or with the group's
+  /// failure (a mismatch, a timeout, an earlier failure). `ends` is set to
+  /// the modeled time the collective ends at (timing only; else `start`).
+  status join(std::uint64_t seq, int rank, const collective_call& call, double start, double& ends);
 
   /// Fails the group with `why` (the first failure is kept) and wakes every
   /// waiting rank.
@@ -57,6 +62,8 @@ class local_group {
     int left = 0;
     bool done = false;
     std::chrono::steady_clock::time_point finish{};
+    double latest_start = 0;  // modeled: the last rank's arrival
+    double ends = 0;          // modeled: when the collective ends
   };
   // Empty if every call matches rank 0's, else why not. Called with the
   // calls of a full slot.

@@ -3,6 +3,7 @@
 #include "strata/device.hpp"
 
 #include <bit>
+#include <cmath>
 #include <string>
 
 namespace strata {
@@ -135,6 +136,46 @@ status device::synchronize_stream(stream_handle stream) {
 
 status device::synchronize() {
   return do_synchronize();
+}
+
+result<double> device::modeled_clock() {
+  return do_modeled_clock();
+}
+
+status device::queue_modeled_kernel(stream_handle stream, double flops, double bytes) {
+  if (!std::isfinite(flops) || !std::isfinite(bytes) || flops < 0 || bytes < 0) {
+    return invalid("queue_modeled_kernel: FLOPs and bytes must be finite and not negative");
+  }
+  return do_queue_modeled_kernel(stream, flops, bytes);
+}
+
+status device::launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg) {
+  if (fn == nullptr) return invalid("launch_timed_host_fn: null function");
+  return do_launch_timed_host_fn(stream, fn, arg);
+}
+
+namespace {
+
+status no_modeled_time(const std::string& device_name) {
+  return {errc::not_supported, device_name +
+                                   " keeps no modeled time (only timing-only devices do: "
+                                   "sim:...,data=none)"};
+}
+
+}  // namespace
+
+result<double> device::do_modeled_clock() {
+  return no_modeled_time(name());
+}
+
+status device::do_queue_modeled_kernel(stream_handle /*stream*/, double /*flops*/,
+                                       double /*bytes*/) {
+  return no_modeled_time(name());
+}
+
+status device::do_launch_timed_host_fn(stream_handle /*stream*/, timed_host_fn /*fn*/,
+                                       void* /*arg*/) {
+  return no_modeled_time(name());
 }
 
 status device::copy_async(void* dst, const void* src, std::size_t bytes, copy_direction direction,

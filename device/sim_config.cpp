@@ -40,7 +40,7 @@ std::uint64_t* fault(sim_config& c, sim_fault f) {
   return &c.fail_after[static_cast<std::size_t>(f)];
 }
 
-const std::array<spec, 13> table{{
+const std::array<spec, 14> table{{
     {{.name = "capacity",
       .kind = value_kind::bytes,
       .min = 4096,
@@ -61,6 +61,13 @@ const std::array<spec, 13> table{{
      [](sim_config& c) -> option_field { return &c.d2h_gbps; }},
     {gbps("d2d_gbps", "device-to-device copy rate; 0 = instant"),
      [](sim_config& c) -> option_field { return &c.d2d_gbps; }},
+    {{.name = "tflops",
+      .kind = value_kind::number,
+      .high = max_sim_tflops,
+      .unit = "10^12 FLOP/s",
+      .doc = "timing only: the compute rate of modeled kernels (`queue_modeled_kernel`; their "
+             "bytes go at `d2d_gbps`); 0 = instant"},
+     [](sim_config& c) -> option_field { return &c.tflops; }},
     {delay("copy_latency_us", "fixed time added to every copy"),
      [](sim_config& c) -> option_field { return &c.copy_latency_us; }},
     {delay("op_delay_us", "time slept before every stream operation (a slow stream)"),
@@ -75,8 +82,9 @@ const std::array<spec, 13> table{{
       .kind = value_kind::text,
       .unit = "`host` or `none`",
       .doc = "`none`: timing only (`strata plan`): pages, mappings and capacity are accounted as "
-             "with `host`, copies and memsets take their modeled time but move no bytes, and "
-             "the host cannot use the memory"},
+             "with `host`; copies, memsets and modeled kernels move no bytes and advance a "
+             "modeled clock instead of taking real time (\"Modeled time\" below); the host "
+             "cannot use the memory"},
      [](sim_config& c) -> option_field { return &c.data; }},
     {fault_after("fail_create_page_after",
                  "after N successful `create_pages`, the next one fails once with "

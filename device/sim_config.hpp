@@ -32,13 +32,16 @@ inline constexpr std::uint64_t max_sim_granularity = std::uint64_t{1} << 30;
 inline constexpr std::uint64_t max_sim_delay_us = 10'000'000;
 /// The fastest copy rate a sim device models, GB/s (more is a typo).
 inline constexpr double max_sim_gbps = 1e6;
+/// The fastest compute rate a sim device models, 10^12 FLOP/s.
+inline constexpr double max_sim_tflops = 1e6;
 
 struct sim_config {
   std::uint64_t capacity = 80ULL << 30;    ///< Physical bytes, a granularity multiple.
   std::uint64_t granularity = 2ULL << 20;  ///< Page size, a power of two >= 4 KiB.
-  double h2d_gbps = 0;                ///< Host-to-device copy rate in GB/s (1e9 B/s); 0 = instant.
-  double d2h_gbps = 0;                ///< Device-to-host copy rate; 0 = instant.
-  double d2d_gbps = 0;                ///< Device-to-device copy rate; 0 = instant.
+  double h2d_gbps = 0;  ///< Host-to-device copy rate in GB/s (1e9 B/s); 0 = instant.
+  double d2h_gbps = 0;  ///< Device-to-host copy rate; 0 = instant.
+  double d2d_gbps = 0;  ///< Device-to-device copy rate; 0 = instant.
+  double tflops = 0;    ///< Timing only: modeled kernels' rate, 10^12 FLOP/s; 0 = instant.
   std::uint64_t copy_latency_us = 0;  ///< Fixed cost added to every copy.
   std::uint64_t op_delay_us = 0;      ///< Delay before every stream operation (a slow stream).
   /// A stream handle the device did not create becomes a new stream of its

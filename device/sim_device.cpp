@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -207,7 +208,12 @@ status sim_device::do_record_event(event_handle event, stream_handle stream) {
   if (!e) return e.error();
   auto s = find_stream(stream, "record_event");
   if (!s) return s.error();
-  (*s)->enqueue([mark = (*e)->record()] { mark->complete(); });
+  (*s)->enqueue(
+      [mark = (*e)->record()](double t) {
+        mark->complete(t);
+        return t;
+      },
+      not_before());
   return {};
 }
 
@@ -215,13 +221,16 @@ yes_no sim_device::do_query_event(event_handle event) {
   auto e = find_event(event, "query_event");
   if (!e) return e.error();
   auto mark = (*e)->latest();
-  return yes_no{mark == nullptr || mark->done()};
+  if (mark == nullptr) return yes_no{true};
+  if (!mark->done()) return yes_no{false};
+  host_reached(mark->at());
+  return yes_no{true};
 }
 
 status sim_device::do_synchronize_event(event_handle event) {
   auto e = find_event(event, "synchronize_event");
   if (!e) return e.error();
-  if (auto mark = (*e)->latest()) mark->wait();
+  if (auto mark = (*e)->latest()) host_reached(mark->wait());
   return {};
 }
 
@@ -230,21 +239,28 @@ status sim_device::do_stream_wait_event(stream_handle stream, event_handle event
   if (!e) return e.error();
   auto s = find_stream(stream, "stream_wait_event");
   if (!s) return s.error();
-  if (auto mark = (*e)->latest()) (*s)->enqueue([mark] { mark->wait(); });
+  if (auto mark = (*e)->latest()) {
+    (*s)->enqueue([mark](double t) { return std::max(t, mark->wait()); }, not_before());
+  }
   return {};
 }
 
 status sim_device::do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) {
   auto s = find_stream(stream, "launch_host_fn");
   if (!s) return s.error();
-  (*s)->enqueue([fn, arg] { fn(arg); });
+  (*s)->enqueue(
+      [fn, arg](double t) {
+        fn(arg);
+        return t;
+      },
+      not_before());
   return {};
 }
 
 status sim_device::do_synchronize_stream(stream_handle stream) {
   auto s = find_stream(stream, "synchronize_stream");
   if (!s) return s.error();
-  (*s)->synchronize();
+  host_reached((*s)->synchronize());
   return {};
 }
 
@@ -256,7 +272,7 @@ status sim_device::do_synchronize() {
     all.push_back(default_stream_);
     for (const auto& [native, stream] : streams_) all.push_back(stream);
   }
-  for (const auto& stream : all) stream->synchronize();
+  for (const auto& stream : all) host_reached(stream->synchronize());
   return {};
 }
 
@@ -280,11 +296,13 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   if (!s) return s.error();
   if (auto f = count_call(sim_fault::copy, "copy_async"); !f) return f;
   const double seconds = copy_seconds(bytes, direction);
-  const bool moves = config_.data == "host";
-  (*s)->enqueue([dst, src, bytes, seconds, moves] {
-    within_modeled_time(seconds, [&] {
-      if (moves) std::memmove(dst, src, bytes);
-    });
+  if (timing_only()) {
+    (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
+    return {};
+  }
+  (*s)->enqueue([dst, src, bytes, seconds](double t) {
+    within_modeled_time(seconds, [&] { std::memmove(dst, src, bytes); });
+    return t;
   });
   return {};
 }
@@ -296,12 +314,48 @@ status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t b
   if (!s) return s.error();
   // Modeled as a device-to-device copy of the same size.
   const double seconds = copy_seconds(bytes, copy_direction::device_to_device);
-  const bool moves = config_.data == "host";
-  (*s)->enqueue([dst, value, bytes, seconds, moves] {
-    within_modeled_time(seconds, [&] {
-      if (moves) std::memset(dst, value, bytes);
-    });
+  if (timing_only()) {
+    (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
+    return {};
+  }
+  (*s)->enqueue([dst, value, bytes, seconds](double t) {
+    within_modeled_time(seconds, [&] { std::memset(dst, value, bytes); });
+    return t;
   });
+  return {};
+}
+
+double sim_device::not_before() const {
+  return host_clock_.load(std::memory_order_acquire);
+}
+
+void sim_device::host_reached(double t) {
+  double now = host_clock_.load(std::memory_order_acquire);
+  while (now < t && !host_clock_.compare_exchange_weak(now, t, std::memory_order_acq_rel)) {
+  }
+}
+
+result<double> sim_device::do_modeled_clock() {
+  if (!timing_only()) return device::do_modeled_clock();
+  return not_before();
+}
+
+status sim_device::do_queue_modeled_kernel(stream_handle stream, double flops, double bytes) {
+  if (!timing_only()) return device::do_queue_modeled_kernel(stream, flops, bytes);
+  auto s = find_stream(stream, "queue_modeled_kernel");
+  if (!s) return s.error();
+  const double compute = config_.tflops > 0 ? flops / (config_.tflops * 1e12) : 0.0;
+  const double memory = config_.d2d_gbps > 0 ? bytes / (config_.d2d_gbps * 1e9) : 0.0;
+  const double seconds = std::max(compute, memory);
+  (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
+  return {};
+}
+
+status sim_device::do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg) {
+  if (!timing_only()) return device::do_launch_timed_host_fn(stream, fn, arg);
+  auto s = find_stream(stream, "launch_timed_host_fn");
+  if (!s) return s.error();
+  (*s)->enqueue([fn, arg](double t) { return std::max(t, fn(arg, t)); }, not_before());
   return {};
 }
 

@@ -4,10 +4,12 @@
 // What it models: capacity, granularity, VMM aliasing and access rules,
 // stream FIFO order, event order, cross-stream waits, asynchronous copies
 // with an optional bandwidth/latency model, pinned host memory bookkeeping,
-// and injected faults. What it does not model: the legacy default stream's
-// implicit synchronization with other streams (every sim stream, the default
-// one included, is independent), kernels, and sticky asynchronous errors
-// (an injected copy fault fails the `copy_async` call itself).
+// injected faults and, when timing only, modeled time (see sim_stream) with
+// kernels' modeled cost. What it does not model: the legacy default
+// stream's implicit synchronization with other streams (every sim stream,
+// the default one included, is independent), running GPU code, and sticky
+// asynchronous errors (an injected copy fault fails the `copy_async` call
+// itself).
 //
 // Thread safety: as `device`; `arm_fault` may also be called concurrently.
 #pragma once
@@ -80,6 +82,15 @@ class sim_device final : public device {
   result<kernel_handle> do_get_kernel(module_handle module, const char* name) override;
   status do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
                           void** params) override;
+  result<double> do_modeled_clock() override;
+  status do_queue_modeled_kernel(stream_handle stream, double flops, double bytes) override;
+  status do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg) override;
+
+  // The modeled time work queued now starts no earlier than: the host's
+  // clock on a timing-only device (0 otherwise: it stays 0).
+  [[nodiscard]] double not_before() const;
+  // Moves the host's clock up to `t` (a wait saw work end at `t`).
+  void host_reached(double t);
 
   // The stream behind a handle; invalid_argument for an unknown one.
   result<std::shared_ptr<sim_stream>> find_stream(stream_handle stream, const char* what);
@@ -93,6 +104,7 @@ class sim_device final : public device {
   std::unique_ptr<sim_memory> memory_;
   std::array<std::atomic<std::uint64_t>, sim_fault_count> calls_{};
   std::array<std::atomic<std::uint64_t>, sim_fault_count> fail_at_{};
+  std::atomic<double> host_clock_{0};  // modeled seconds; only grows
 
   std::mutex mu_;  // guards the maps below
   std::shared_ptr<sim_stream> default_stream_;

@@ -1,5 +1,6 @@
 #include "sim_stream.hpp"
 
+#include <algorithm>
 #include <utility>
 
 namespace strata {
@@ -16,19 +17,20 @@ sim_stream::~sim_stream() {
   worker_.join();
 }
 
-void sim_stream::enqueue(std::function<void()> op) {
+void sim_stream::enqueue(sim_op op, double not_before) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(std::move(op));
+    queue_.push_back({std::move(op), not_before});
     ++queued_;
   }
   work_cv_.notify_one();
 }
 
-void sim_stream::synchronize() {
+double sim_stream::synchronize() {
   std::unique_lock lock(mu_);
   const auto target = queued_;
   done_cv_.wait(lock, [&] { return finished_ >= target; });
+  return clock_;
 }
 
 void sim_stream::run() {
@@ -36,21 +38,24 @@ void sim_stream::run() {
   while (true) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued has run
-    auto op = std::move(queue_.front());
+    auto [op, not_before] = std::move(queue_.front());
     queue_.pop_front();
+    const double start = std::max(clock_, not_before);
     lock.unlock();
     if (op_delay_.count() > 0) std::this_thread::sleep_for(op_delay_);
-    op();
+    const double end = op(start);
     lock.lock();
+    clock_ = std::max(start, end);
     ++finished_;
     done_cv_.notify_all();
   }
 }
 
-void sim_mark::complete() {
+void sim_mark::complete(double at) {
   {
     std::lock_guard lock(mu_);
     done_ = true;
+    at_ = at;
   }
   cv_.notify_all();
 }
@@ -60,9 +65,15 @@ bool sim_mark::done() {
   return done_;
 }
 
-void sim_mark::wait() {
+double sim_mark::wait() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_; });
+  return at_;
+}
+
+double sim_mark::at() {
+  std::lock_guard lock(mu_);
+  return at_;
 }
 
 std::shared_ptr<sim_mark> sim_event::record() {

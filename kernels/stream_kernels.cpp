@@ -43,13 +43,14 @@ struct stream_kernels::state {
   result<kernels::gpu_kernels> gpu{status{errc::not_supported, "not loaded"}};
 
   // Queues the kernel with `args` on `stream`: `run` on the host, or
-  // `launch` on a GPU.
+  // `launch` on a GPU; on a timing-only device its modeled cost, `bytes`
+  // (what it reads and writes) at the device's memory rate.
   template <class Args>
   status enqueue(device& dev, kernel_pool& pool, stream_handle stream, const Args& args,
                  void (*run)(kernel_pool&, const Args&),
-                 status (*launch)(device&, const kernels::gpu_kernels&, stream_handle,
-                                  const Args&)) {
-    if (dev.timing_only()) return {};  // checked; nothing to compute on
+                 status (*launch)(device&, const kernels::gpu_kernels&, stream_handle, const Args&),
+                 double bytes) {
+    if (dev.timing_only()) return dev.queue_modeled_kernel(stream, 0, bytes);
     if (dev.memory_is_host()) {
       auto k = std::make_unique<queued_kernel<Args>>(queued_kernel<Args>{&pool, args, run});
       if (auto s = dev.launch_host_fn(stream, &run_queued<Args>, k.get()); !s) return s;
@@ -71,8 +72,12 @@ status stream_kernels::adam_step(stream_handle stream, const adam_tensors& t, co
                                  std::uint64_t step) {
   if (auto s = kernels::check_adam(t, o, step); !s) return s;
   if (t.count == 0) return {};
+  // fp32 parameters and both moments read and written, the gradient read,
+  // the optional copy of the parameters written.
+  const double element = 6.0 * sizeof(float) + static_cast<double>(dtype_size(t.grad_type)) +
+                         (t.params_out != nullptr ? dtype_size(t.out_type) : 0);
   return state_->enqueue(dev_, pool_, stream, kernels::adam_args_of(t, o, step), &kernels::run_adam,
-                         &kernels::launch_adam);
+                         &kernels::launch_adam, element * static_cast<double>(t.count));
 }
 
 status stream_kernels::cast_copy(stream_handle stream, void* dst, dtype to, const void* src,
@@ -82,16 +87,21 @@ status stream_kernels::cast_copy(stream_handle stream, void* dst, dtype to, cons
   return state_->enqueue(
       dev_, pool_, stream,
       kernels::cast_args{dst, src, count, static_cast<int>(to), static_cast<int>(from)},
-      &kernels::run_cast, &kernels::launch_cast);
+      &kernels::run_cast, &kernels::launch_cast,
+      static_cast<double>(count * (dtype_size(to) + dtype_size(from))));
 }
 
 status stream_kernels::pack_batches(stream_handle stream, const pack_entry* entries, std::size_t n,
                                     void* flat, bool unpack) {
   for (std::size_t first = 0; first < n; first += kernels::pack_batch) {
     const std::size_t count = std::min<std::size_t>(n - first, kernels::pack_batch);
+    double bytes = 0;  // each tensor read once and written once
+    for (std::size_t i = first; i < first + count; ++i) {
+      bytes += 2.0 * static_cast<double>(entries[i].bytes);
+    }
     if (auto s = state_->enqueue(dev_, pool_, stream,
                                  kernels::pack_batch_of(entries + first, count, flat, unpack),
-                                 &kernels::run_pack, &kernels::launch_pack);
+                                 &kernels::run_pack, &kernels::launch_pack, bytes);
         !s) {
       return s;
     }
@@ -116,7 +126,8 @@ status stream_kernels::scale(stream_handle stream, float* x, float a, std::size_
   if (auto s = kernels::check_axpy("scale", x, x, count); !s) return s;
   if (count == 0) return {};
   return state_->enqueue(dev_, pool_, stream, kernels::axpy_args{x, nullptr, count, a},
-                         &kernels::run_axpy, &kernels::launch_axpy);
+                         &kernels::run_axpy, &kernels::launch_axpy,
+                         2.0 * sizeof(float) * static_cast<double>(count));
 }
 
 status stream_kernels::axpy(stream_handle stream, float* y, float a, const float* x,
@@ -124,7 +135,8 @@ status stream_kernels::axpy(stream_handle stream, float* y, float a, const float
   if (auto s = kernels::check_axpy("axpy", y, x, count); !s) return s;
   if (count == 0) return {};
   return state_->enqueue(dev_, pool_, stream, kernels::axpy_args{y, x, count, a},
-                         &kernels::run_axpy, &kernels::launch_axpy);
+                         &kernels::run_axpy, &kernels::launch_axpy,
+                         3.0 * sizeof(float) * static_cast<double>(count));
 }
 
 }  // namespace strata

@@ -88,6 +88,12 @@ struct launch_shape {
 /// call into the device.
 using host_fn = void (*)(void* arg);
 
+/// A host function of a timing-only device (see `launch_timed_host_fn`):
+/// given the modeled time (seconds) its stream reached, it returns the
+/// modeled time the stream goes on at (at least `start`). It must not call
+/// into the device.
+using timed_host_fn = double (*)(void* arg, double start);
+
 /// A GPU, real or simulated. Create with `open_device`.
 class STRATA_API device {
  public:
@@ -208,6 +214,32 @@ class STRATA_API device {
   /// Blocks until all work on every stream of the device has finished.
   status synchronize();
 
+  // --- modeled time (timing-only devices) ---------------------------------
+  //
+  // A timing-only device (`timing_only()`) keeps modeled time instead of
+  // sleeping it (docs/device.md, "Modeled time"): each stream has a clock,
+  // the time its finished work ends at; work starts at the later of its
+  // stream's clock and the host's clock when it was queued; waits on a
+  // stream or an event (synchronize_*, a query that says done) move the
+  // host's clock up to what they waited for. Every other device answers
+  // these calls with not_supported.
+
+  /// The host's modeled clock, in seconds since the device was opened.
+  result<double> modeled_clock();
+
+  /// Queues a kernel's modeled cost on `stream`: the stream is busy for the
+  /// longer of `flops` at the device's compute rate and `bytes` at its
+  /// memory rate (sim keys `tflops`, `d2d_gbps`; a rate of 0 is instant).
+  /// Errors: invalid_argument (negative or not finite), not_supported.
+  status queue_modeled_kernel(stream_handle stream, double flops, double bytes);
+
+  /// Runs `fn(arg, start)` in `stream` order on a driver thread, `start`
+  /// being the stream's modeled time; the stream goes on at the returned
+  /// time. For layers that model their own time (the `local`
+  /// communicator's collectives). Errors: invalid_argument (null `fn`),
+  /// not_supported.
+  status launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg);
+
   // --- copies -------------------------------------------------------------
 
   /// Copies `bytes` from `src` to `dst` in `stream` order. Device pointers
@@ -257,6 +289,11 @@ class STRATA_API device {
   /// Implementations set the granularity once, in their constructor.
   void set_granularity(std::size_t bytes) noexcept { granularity_ = bytes; }
 
+  /// Modeled time: by default not_supported (a device without it).
+  virtual result<double> do_modeled_clock();
+  virtual status do_queue_modeled_kernel(stream_handle stream, double flops, double bytes);
+  virtual status do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg);
+
  private:
   [[nodiscard]] virtual std::string do_name() const = 0;
   virtual result<memory_info> do_get_memory_info() = 0;
@@ -281,6 +318,7 @@ class STRATA_API device {
   virtual status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) = 0;
   virtual status do_synchronize_stream(stream_handle stream) = 0;
   virtual status do_make_current() { return {}; }
+
   virtual status do_synchronize() = 0;
   virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, stream_handle stream) = 0;

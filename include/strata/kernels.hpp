@@ -13,8 +13,9 @@
 //     embeds and loads through the driver API at the first launch.
 //
 // On a timing-only device (`sim:...,data=none`) `stream_kernels` checks the
-// arguments and queues nothing: there are no bytes to compute on, and no
-// compute-time model yet.
+// arguments and queues the kernel's modeled cost instead
+// (`device::queue_modeled_kernel`): these kernels are memory-bound, so the
+// cost is the bytes they read and write at the device's memory rate.
 //
 // Memory: the host functions touch their buffers with the CPU: pageable or
 // pinned host memory, or `sim` device memory (host memory). Through

@@ -366,23 +366,30 @@ TEST(LocalCommunicator, CreationErrors) {
 }
 
 // Timing-only devices (data=none): the collective is matched and takes its
-// modeled time, and no byte moves; mixing them with data devices is refused.
+// modeled time on the modeled clock, starting when the later rank reaches
+// it, and no byte moves; mixing them with data devices is refused.
 TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
   local_comm_options o;
-  o.link_gbps = 1;  // 1 MiB all-reduced on 2 ranks: 1 MiB over the link, about 1 ms
-  rank_set ranks(2, o, "sim:capacity=256MiB,data=none");
+  o.link_gbps = 1;  // 1 MiB all-reduced on 2 ranks: 1 MiB over the link
+  o.latency_us = 10;
+  rank_set ranks(2, o, "sim:capacity=256MiB,data=none,tflops=1");
   ASSERT_TRUE(ranks.dev(0).timing_only());
   const std::size_t n = 1 << 18;
   float* x[2] = {ranks.alloc<float>(0, n), ranks.alloc<float>(1, n)};
   for (float* p : x) std::fill_n(p, n, 1.0F);  // mapped memory; the device keeps no bytes
-  const auto start = std::chrono::steady_clock::now();
+  // Rank 1 computes for 3 ms first: the collective starts when it arrives.
+  ASSERT_TRUE(ranks.dev(1).queue_modeled_kernel(ranks.stream(1), 3e9, 0).ok());
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(
         ranks.comm(r).all_reduce(x[r], x[r], n, dtype::f32, reduce_op::sum, ranks.stream(r)).ok());
   }
   ranks.sync_all();
-  const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(took, std::chrono::microseconds(900)) << "the modeled link time passed";
+  const double link = 2.0 * (2 - 1) / 2 * (n * 4.0) / 1e9 + 10e-6;
+  for (int r = 0; r < 2; ++r) {
+    auto clock = ranks.dev(r).modeled_clock();
+    ASSERT_TRUE(clock.ok());
+    EXPECT_NEAR(*clock, 3e-3 + link, 1e-12) << "rank " << r;
+  }
   EXPECT_EQ(x[0][0], 1.0F) << "nothing was summed";
   EXPECT_EQ(x[1][n - 1], 1.0F);
   // A mismatch is still a mismatch.

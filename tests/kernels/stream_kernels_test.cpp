@@ -123,5 +123,31 @@ TEST(StreamKernels, BadArgumentsAndUnknownStreamsAreRefusedAtTheCall) {
   for (float v : buf) EXPECT_EQ(v, 1.0F) << "a refused kernel ran";
 }
 
+// On a timing-only device a kernel computes nothing and takes its modeled
+// cost: the bytes it reads and writes at the memory rate (1 GB/s here).
+TEST(StreamKernels, OnATimingOnlyDeviceKernelsTakeTheirBytesAtTheMemoryRate) {
+  allocator alloc = allocator::from_conf("device:sim:capacity=256MiB,data=none,d2d_gbps=1");
+  const stream_handle stream = *alloc.dev().create_stream();
+  std::unique_ptr<kernel_pool> pool = std::move(*kernel_pool::create(1));
+  stream_kernels kernels{alloc.dev(), *pool};
+  const std::size_t n = 1 << 20;
+  auto* x = static_cast<float*>(alloc.malloc(n * sizeof(float)));
+  auto* y = static_cast<float*>(alloc.malloc(n * sizeof(float)));
+  auto* m = static_cast<float*>(alloc.malloc(n * sizeof(float)));
+  auto* v = static_cast<float*>(alloc.malloc(n * sizeof(float)));
+  auto* half = alloc.malloc(n * 2);
+  ASSERT_TRUE(kernels.axpy(stream, y, 2.0F, x, n).ok());  // 12 bytes an element
+  ASSERT_TRUE(kernels.cast_copy(stream, half, dtype::bf16, x, dtype::f32, n).ok());  // 6
+  adam_tensors t{x, half, dtype::bf16, m, v, nullptr, nullptr, dtype::bf16, n};
+  ASSERT_TRUE(kernels.adam_step(stream, t, {}, 1).ok());  // 6 x 4 + 2 = 26
+  ASSERT_TRUE(alloc.dev().synchronize_stream(stream).ok());
+  EXPECT_NEAR(*alloc.dev().modeled_clock(), (12.0 + 6 + 26) * n / 1e9, 1e-12);
+  for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(m),
+                  static_cast<void*>(v), half}) {
+    alloc.free(p);
+  }
+  ASSERT_TRUE(alloc.dev().destroy_stream(stream).ok());
+}
+
 }  // namespace
 }  // namespace strata
