@@ -68,7 +68,9 @@ result<plan_result> make_plan(const plan_setup& s) {
   auto memory = run_step(s, make_step_schedule(s));
   if (!memory) return memory.error();
   p.memory = *memory;
-  p.time = estimate_step_time(s);
+  auto time = simulate_step_time(s);
+  if (!time) return time.error();
+  p.time = *time;
   p.states = sum_model_states(s);
   p.deepspeed = deepspeed_estimate(s);
   p.paper = zero_paper_figure(s);

@@ -1,0 +1,185 @@
+// The plan's step time, run on N timing-only GPUs with the local
+// communicator: each figure is checked against what the schedule implies,
+// worked out here by hand from the model's sizes and the rates (the ring
+// times of docs/plan.md, "Step time").
+#include <gtest/gtest.h>
+
+#include "plan/step_ranks.hpp"
+#include "plan/step_time.hpp"
+
+namespace strata::plan {
+namespace {
+
+// 4 layers of hidden 1024 (12.6 M parameters each) and a 32000-word
+// vocabulary (32.8 M in the embeddings): small enough to reason about.
+plan_setup small_job(std::uint64_t gpus) {
+  plan_setup s;
+  s.model = {.name = "small",
+             .layers = 4,
+             .hidden = 1024,
+             .heads = 16,
+             .kv_heads = 16,
+             .ffn = 4096,
+             .vocab = 32000,
+             .gated_ffn = false};
+  s.gpus = gpus;
+  s.micro_batch = 4;
+  s.seq = 2048;
+  return s;
+}
+
+double tokens(const plan_setup& s) {
+  return static_cast<double>(s.micro_batch * s.seq);
+}
+
+// One layer's forward FLOPs: its matrices' 2 P T and attention's 4 b s^2 h.
+double layer_forward(const plan_setup& s) {
+  return 2.0 * static_cast<double>(layer_params(s.model)) * tokens(s) +
+         4.0 * static_cast<double>(s.micro_batch * s.seq * s.seq * s.model.hidden);
+}
+
+double flop_seconds(const plan_setup& s, double flops) {
+  return flops / (s.rates.tflops * 1e12);
+}
+
+double bus(const plan_setup& s) {
+  return s.rates.nvlink_gbps * 1e9;
+}
+
+step_time simulate(const plan_setup& s) {
+  auto t = simulate_step_time(s);
+  EXPECT_TRUE(t.ok()) << t.error().to_string();
+  return t.ok() ? *t : step_time{};
+}
+
+TEST(PlanStepTime, OneGpuTakesItsFlopsAtTheComputeRate) {
+  plan_setup s = small_job(1);
+  const double forward = 4 * layer_forward(s) +
+                         2.0 * static_cast<double>(outer_params(s.model)) * tokens(s);
+  step_time t = simulate(s);
+  EXPECT_NEAR(t.compute, flop_seconds(s, 3 * forward), 1e-12) << "forward and twice it back";
+  EXPECT_EQ(t.exposed_collectives, 0.0);
+  EXPECT_EQ(t.collectives, 0.0);
+  EXPECT_EQ(t.total(), t.compute);
+
+  s.checkpointing = true;  // the layers' forward once more
+  EXPECT_NEAR(simulate(s).compute, flop_seconds(s, 3 * forward + 4 * layer_forward(s)), 1e-12);
+  s.checkpointing = false;
+  s.grad_accum = 3;
+  EXPECT_NEAR(simulate(s).compute, flop_seconds(s, 9 * forward), 1e-12);
+  s.grad_accum = 1;
+  s.dtype = precision::fp32;  // at 1/8 of the bf16 rate
+  EXPECT_NEAR(simulate(s).compute, 8 * flop_seconds(s, 3 * forward), 1e-12);
+}
+
+// DDP: each layer's gradients are all-reduced while the layer before it
+// computes its backward, so only the last (layer 0's) is exposed.
+TEST(PlanStepTime, DdpHidesEveryAllReduceButTheLast) {
+  const plan_setup s = small_job(8);
+  const double ring = 2.0 * 7 / 8 * 2;  // all-reduce: 2 (n - 1) / n of the bf16 bytes
+  const step_time t = simulate(s);
+  EXPECT_NEAR(t.collectives, ring * static_cast<double>(total_params(s.model)) / bus(s), 1e-12);
+  EXPECT_NEAR(t.exposed_collectives, ring * static_cast<double>(layer_params(s.model)) / bus(s),
+              1e-12);
+  EXPECT_NEAR(t.total(), simulate(small_job(1)).compute + t.exposed_collectives, 1e-12);
+}
+
+// Across nodes at 0.5 GB/s the all-reduces outlast backward: they run back
+// to back from the head's, and only the layers' backward hides them.
+TEST(PlanStepTime, SlowLinksAreExposedByWhatBackwardCannotHide) {
+  plan_setup s = small_job(16);
+  s.nodes = 2;
+  s.rates.network_gbps = 0.5;
+  const step_time t = simulate(s);
+  const double all_reduces =
+      2.0 * 15 / 16 * 2 * static_cast<double>(total_params(s.model)) / (0.5e9);
+  EXPECT_NEAR(t.collectives, all_reduces, 1e-9);
+  EXPECT_NEAR(t.exposed_collectives, all_reduces - flop_seconds(s, 4 * 2 * layer_forward(s)),
+              1e-9);
+}
+
+// ZeRO-3: each unit's parameters are all-gathered one unit ahead, so the
+// first gather is exposed, and so is the last reduce-scatter (layer 0's).
+// The head's gather (65.5 M parameters) outlasts layer 3's forward, which
+// it runs under: the difference is exposed too.
+TEST(PlanStepTime, Zero3ExposesTheFirstGatherTheLastReduceScatterAndALongGather) {
+  plan_setup s = small_job(8);
+  s.zero = 3;
+  const step_time t = simulate(s);
+  const double ring = 7 * static_cast<double>((layer_params(s.model) + 7) / 8) * 2 / bus(s);
+  const double outer = 7 * static_cast<double>((outer_params(s.model) + 7) / 8) * 2 / bus(s);
+  const double layer3 = flop_seconds(s, layer_forward(s));
+  ASSERT_GT(outer, layer3);
+  EXPECT_NEAR(t.exposed_collectives, 2 * ring + (outer - layer3), 1e-12);
+  const double gathers = 2 * (4 * ring + outer);  // forward and backward
+  const double scatters = 4 * ring + outer;
+  EXPECT_NEAR(t.collectives, gathers + scatters, 1e-12);
+}
+
+// ZeRO-2 with Adam on the host: the gradients go down as their reductions
+// finish (hidden but for layer 0's), the step waits for CPU Adam and for
+// the parameters' way back up.
+TEST(PlanStepTime, TheHostOptimizerStepIsWaitedFor) {
+  plan_setup s = small_job(8);
+  s.zero = 2;
+  s.optimizer = offload_to::host;
+  const step_time t = simulate(s);
+  const double pcie = s.rates.pcie_gbps * 1e9;
+  const double layer_part = static_cast<double>((layer_params(s.model) + 7) / 8) * 2 / pcie;
+  const double outer_part = static_cast<double>((outer_params(s.model) + 7) / 8) * 2 / pcie;
+  const double adam = static_cast<double>(total_params(s.model)) / 8 * 8 /
+                      (s.rates.host_adam_gparams * 1e9);  // a node's 8 GPUs' parts
+  const double up = 4 * layer_part + outer_part;
+  EXPECT_NEAR(t.transfers, 2 * up + adam, 1e-12);
+  EXPECT_NEAR(t.exposed_transfers, layer_part + adam + up, 1e-12);
+}
+
+// Hybrid shard: ZeRO-3 within each node, then the shards' replicas
+// all-reduced across nodes, after backward: all of it exposed.
+TEST(PlanStepTime, HybridShardAllReducesTheShardsAcrossNodes) {
+  plan_setup s = small_job(16);
+  s.nodes = 2;
+  s.zero = 3;
+  const step_time within = simulate(s);
+  s.hybrid_shard = true;
+  const step_time hybrid = simulate(s);
+  double replicas = 0;  // each unit's shard of 8, all-reduced by 2 replicas
+  for (std::uint64_t p : {layer_params(s.model), layer_params(s.model), layer_params(s.model),
+                          layer_params(s.model), outer_params(s.model)}) {
+    replicas += 2.0 * 1 / 2 * static_cast<double>((p + 7) / 8) * 2 / (s.rates.network_gbps * 1e9);
+  }
+  EXPECT_GE(hybrid.exposed_collectives, replicas);
+  EXPECT_LT(hybrid.total(), within.total()) << "NVLink within the node beats the network";
+}
+
+// ZeRO-3 with parameters offloaded: every unit's shard crosses PCIe for
+// its forward and its backward use; from NVMe, the node's 8 GPUs' shards
+// are read first.
+TEST(PlanStepTime, OffloadedParametersAreFetchedForEachUse) {
+  plan_setup s = small_job(8);
+  s.zero = 3;
+  s.params = offload_to::host;
+  const double shards =
+      2.0 * static_cast<double>(4 * ((layer_params(s.model) + 7) / 8) +
+                                (outer_params(s.model) + 7) / 8);  // bf16 bytes
+  const double pcie = shards / (s.rates.pcie_gbps * 1e9);
+  EXPECT_NEAR(simulate(s).transfers, 2 * pcie, 1e-12);
+  s.params = offload_to::nvme;
+  EXPECT_NEAR(simulate(s).transfers, 2 * (pcie + 8 * shards / (s.rates.nvme_gbps * 1e9)), 1e-12);
+}
+
+TEST(PlanStepTime, OnlyTheTimedPartsTakeTime) {
+  plan_setup s = small_job(8);
+  s.zero = 3;
+  s.params = offload_to::nvme;
+  s.optimizer = offload_to::nvme;
+  auto none = run_step_ranks(s, {false, false, false});
+  ASSERT_TRUE(none.ok()) << none.error().to_string();
+  EXPECT_EQ(*none, 0.0);
+  auto all = run_step_ranks(s, {});
+  ASSERT_TRUE(all.ok());
+  EXPECT_GT(*all, 0.0);
+}
+
+}  // namespace
+}  // namespace strata::plan

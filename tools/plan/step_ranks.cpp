@@ -1,0 +1,349 @@
+#include "plan/step_ranks.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/communicator.hpp"
+#include "strata/strata.hpp"
+
+namespace strata::plan {
+
+namespace {
+
+// A module the step fetches, computes and reduces as one: a transformer
+// layer, or the embeddings with the head (`outer_params`).
+struct unit {
+  double forward_flops = 0;  // one micro-batch
+  std::size_t shard = 0;     // ZeRO-3: elements of this rank's parameter shard
+  std::size_t grads = 0;     // trainable elements (their gradients)
+  bool layer = true;         // false: embeddings and head (never recomputed)
+  double fetch_seconds = 0;  // offloaded to NVMe: the node's read of the shards
+};
+
+// What every rank runs: the same on all of them.
+struct step_shape {
+  std::vector<unit> forward;  // layers in order, then the head
+  double backward_factor = 2;
+  std::size_t ranks = 1;  // the group a parameter is sharded or reduced over
+  dtype type = dtype::bf16;
+  double element = 2;            // bytes of a parameter or gradient element
+  double optimizer_seconds = 0;  // host work of the offloaded optimizer step
+};
+
+std::size_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return static_cast<std::size_t>((a + b - 1) / b);
+}
+
+step_shape shape_of(const plan_setup& s, timed_parts parts) {
+  const model_shape& m = s.model;
+  step_shape z;
+  z.ranks = s.zero == 3 ? shard_ranks(s) : s.gpus;
+  z.type = s.dtype == precision::fp32 ? dtype::f32 : dtype::bf16;
+  z.element = s.dtype == precision::fp32 ? 4.0 : 2.0;
+  z.backward_factor = s.lora_rank > 0 ? 1.0 : 2.0;
+  const auto tokens = static_cast<double>(s.micro_batch * s.seq);
+  const double attention = 4.0 * static_cast<double>(s.micro_batch) *
+                           static_cast<double>(s.seq) * static_cast<double>(s.seq) *
+                           static_cast<double>(m.hidden);
+  const std::uint64_t trainable = trainable_params(s);
+  const std::uint64_t layer_grads = s.lora_rank > 0 ? trainable / m.layers : layer_params(m);
+  const std::uint64_t outer_grads = s.lora_rank > 0 ? 0 : outer_params(m);
+  const auto shard = [&](std::uint64_t params) {
+    return s.zero == 3 ? ceil_div(params, z.ranks) : std::size_t{0};
+  };
+  for (std::uint64_t l = 0; l < m.layers; ++l) {
+    z.forward.push_back({2.0 * static_cast<double>(layer_params(m)) * tokens + attention,
+                         shard(layer_params(m)), layer_grads, true});
+  }
+  z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens,
+                       shard(outer_params(m)), outer_grads, false});
+  if (!parts.transfers) return z;
+  const auto per_node = static_cast<double>(s.gpus / s.nodes);
+  if (s.params == offload_to::nvme) {  // every GPU of the node reads its shard
+    for (unit& u : z.forward) {
+      u.fetch_seconds =
+          static_cast<double>(u.shard) * z.element * per_node / (s.rates.nvme_gbps * 1e9);
+    }
+  }
+  if (s.optimizer != offload_to::none) {
+    const double mine = static_cast<double>(trainable) / static_cast<double>(z.ranks);
+    z.optimizer_seconds = mine * per_node / (s.rates.host_adam_gparams * 1e9);
+    if (s.optimizer == offload_to::nvme) {  // fp32 master, m and v read and written
+      z.optimizer_seconds += 2 * 12 * mine * per_node / (s.rates.nvme_gbps * 1e9);
+    }
+  }
+  return z;
+}
+
+void check(const status& s) {
+  if (!s) throw error(s);
+}
+
+double take_host_time(void* arg, double start) {
+  return start + *static_cast<const double*>(arg);
+}
+
+// One rank's step: queues everything, then waits for its streams.
+class rank_step {
+ public:
+  rank_step(const plan_setup& s, const step_shape& z, device& dev, void* buffer,
+            communicator* group, communicator* replicas)
+      : s_(s), z_(z), dev_(dev), buffer_(buffer), group_(group), replicas_(replicas) {
+    for (stream_handle* h : {&compute_, &comm_, &copy_}) *h = make_stream();
+    for (event_handle* e : {&ready_, &done_, &reduced_, &copied_}) *e = make_event();
+  }
+  rank_step(const rank_step&) = delete;
+  rank_step& operator=(const rank_step&) = delete;
+  rank_step(rank_step&&) = delete;
+  rank_step& operator=(rank_step&&) = delete;
+  ~rank_step() {
+    (void)dev_.synchronize();
+    for (stream_handle h : {compute_, comm_, copy_}) (void)dev_.destroy_stream(h);
+    for (event_handle e : {ready_, done_, reduced_, copied_}) (void)dev_.destroy_event(e);
+  }
+
+  // Queues the step and returns its modeled end.
+  double run() {
+    std::vector<unit> backward(z_.forward.rbegin(), z_.forward.rend());
+    for (std::uint64_t micro = 0; micro < s_.grad_accum; ++micro) {
+      const bool last = micro + 1 == s_.grad_accum;
+      pass(z_.forward, false, last);
+      pass(backward, true, last);
+    }
+    if (replicas_ != nullptr) {  // hybrid shard: the shards' replicas average across nodes
+      for (const unit& u : z_.forward) {
+        const std::size_t shard = ceil_div(u.grads, z_.ranks);
+        if (shard > 0) {
+          check(replicas_->all_reduce(buffer_, buffer_, shard, z_.type, reduce_op::avg, comm_));
+        }
+      }
+    }
+    if (s_.optimizer != offload_to::none) optimizer_on_host();
+    if (s_.zero == 1 || s_.zero == 2) {  // the updated parameters, to every rank
+      for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
+    }
+    check(dev_.synchronize());
+    auto clock = dev_.modeled_clock();
+    if (!clock) throw error(clock.error());
+    return *clock;
+  }
+
+ private:
+  stream_handle make_stream() {
+    auto h = dev_.create_stream();
+    if (!h) throw error(h.error());
+    return *h;
+  }
+  event_handle make_event() {
+    auto e = dev_.create_event();
+    if (!e) throw error(e.error());
+    return *e;
+  }
+  void wait(stream_handle stream, event_handle event) {
+    check(dev_.stream_wait_event(stream, event));
+  }
+  void kernel(double flops) { check(dev_.queue_modeled_kernel(compute_, flops, 0)); }
+  void host_work(const double* seconds) {
+    check(dev_.launch_timed_host_fn(copy_, &take_host_time, const_cast<double*>(seconds)));
+  }
+  // A copy of `bytes` between this rank's buffer and the host (a timing-only
+  // device reads and writes no host byte: `&host_` stands for the host side).
+  void copy(double bytes, copy_direction direction) {
+    const auto n = static_cast<std::size_t>(bytes);
+    if (direction == copy_direction::host_to_device) {
+      check(dev_.copy_async(buffer_, &host_, n, direction, copy_));
+    } else {
+      check(dev_.copy_async(&host_, buffer_, n, direction, copy_));
+    }
+  }
+  void gather(std::size_t shard) {
+    if (group_ != nullptr && shard > 0) {
+      check(group_->all_gather(buffer_, buffer_, shard, z_.type, comm_));
+    }
+  }
+
+  // ZeRO-3: brings unit `u`'s parameters to the device (from the host first
+  // when they are offloaded) and marks `ready_` where they are.
+  void fetch(const unit& u) {
+    if (s_.params != offload_to::none) {
+      if (u.fetch_seconds > 0) host_work(&u.fetch_seconds);
+      copy(static_cast<double>(u.shard) * z_.element, copy_direction::host_to_device);
+      check(dev_.record_event(copied_, copy_));
+      if (group_ == nullptr) {
+        check(dev_.record_event(ready_, copy_));
+        return;
+      }
+      wait(comm_, copied_);
+    }
+    gather(u.shard);
+    check(dev_.record_event(ready_, comm_));
+  }
+
+  // One pass over `units`: each unit's parameters fetched one unit ahead
+  // (the next fetch waits for the unit before the current one to finish,
+  // so two units' gathered parameters are live at most), its kernels, and
+  // in backward its gradients reduced.
+  void pass(const std::vector<unit>& units, bool backward, bool last_micro) {
+    const bool sharded = s_.zero == 3;
+    const stream_handle fetch_stream = s_.params != offload_to::none ? copy_ : comm_;
+    if (sharded) fetch(units[0]);
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const unit& u = units[i];
+      if (sharded) {
+        wait(compute_, ready_);
+        if (i + 1 < units.size()) {
+          if (i > 0) wait(fetch_stream, done_);
+          fetch(units[i + 1]);
+        }
+      }
+      if (backward && s_.checkpointing && u.layer) kernel(u.forward_flops);  // recompute
+      kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops);
+      check(dev_.record_event(done_, compute_));
+      if (backward) reduce(u, last_micro);
+    }
+  }
+
+  // The unit's gradients: all-reduced (DDP) or reduce-scattered (ZeRO) once
+  // they are computed; ZeRO-3 every micro-batch, the others at the last.
+  // With the optimizer on the host, this rank's part then goes down.
+  void reduce(const unit& u, bool last_micro) {
+    if (u.grads == 0 || (s_.zero < 3 && !last_micro)) return;
+    if (group_ != nullptr) {
+      wait(comm_, done_);
+      if (s_.zero == 0) {
+        check(group_->all_reduce(buffer_, buffer_, u.grads, z_.type, reduce_op::avg, comm_));
+      } else {
+        check(group_->reduce_scatter(buffer_, buffer_, ceil_div(u.grads, z_.ranks), z_.type,
+                                     reduce_op::avg, comm_));
+      }
+    }
+    if (s_.optimizer == offload_to::none || !last_micro) return;
+    check(dev_.record_event(reduced_, group_ != nullptr ? comm_ : compute_));
+    wait(copy_, reduced_);
+    copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
+         copy_direction::device_to_host);
+  }
+
+  // CPU Adam over this rank's part (and the node's NVMe traffic), then the
+  // updated parameters back up; the communication stream waits for them.
+  void optimizer_on_host() {
+    if (z_.optimizer_seconds > 0) host_work(&z_.optimizer_seconds);
+    for (const unit& u : z_.forward) {
+      copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
+           copy_direction::host_to_device);
+    }
+    check(dev_.record_event(copied_, copy_));
+    wait(comm_, copied_);
+  }
+
+  const plan_setup& s_;
+  const step_shape& z_;
+  device& dev_;
+  void* buffer_;
+  communicator* group_;
+  communicator* replicas_;
+  stream_handle compute_{}, comm_{}, copy_{};
+  event_handle ready_{}, done_{}, reduced_{}, copied_{};
+  unsigned char host_ = 0;
+};
+
+// The bytes one rank's buffer needs: the largest gathered unit, gradient
+// or transfer.
+std::uint64_t buffer_bytes(const step_shape& z) {
+  std::uint64_t elements = 1;
+  for (const unit& u : z.forward) {
+    elements = std::max<std::uint64_t>({elements, u.shard * z.ranks, u.grads});
+  }
+  return elements * static_cast<std::uint64_t>(z.element);
+}
+
+}  // namespace
+
+result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
+  const step_shape z = shape_of(s, parts);
+  constexpr std::uint64_t granularity = 2ULL << 20;
+  const std::uint64_t buffer = (buffer_bytes(z) + granularity - 1) / granularity * granularity;
+  const hardware_rates& r = s.rates;
+  const double rate = r.tflops / (s.dtype == precision::fp32 ? 8.0 : 1.0);
+  const double pcie = parts.transfers ? r.pcie_gbps : 0;
+  allocator_options o;
+  o.device = "sim:capacity=" + format_byte_option(buffer + granularity) +
+             ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
+             ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie);
+  o.log_ooms = false;
+  const auto gpus = static_cast<std::size_t>(s.gpus);
+  std::vector<std::unique_ptr<allocator>> allocs;
+  std::vector<void*> buffers;
+  try {
+    for (std::size_t g = 0; g < gpus; ++g) {
+      allocs.push_back(std::make_unique<allocator>(o));
+      buffers.push_back(allocs.back()->malloc(buffer));
+    }
+  } catch (const error& e) {
+    return e.to_status();
+  }
+
+  // The groups: every GPU, or (hybrid shard) each node's GPUs, whose
+  // replicas across nodes form groups of their own.
+  const bool hybrid = s.zero == 3 && s.hybrid_shard && s.nodes > 1;
+  const std::size_t group = z.ranks;
+  const auto link = [&](bool across_nodes) {
+    local_comm_options c;
+    c.timeout = std::chrono::seconds(30);
+    c.link_gbps = parts.collectives ? (across_nodes ? r.network_gbps : r.nvlink_gbps) : 0;
+    return c;
+  };
+  std::vector<std::unique_ptr<communicator>> groups(gpus);
+  std::vector<std::unique_ptr<communicator>> replicas(gpus);
+  const auto make = [&](std::vector<std::size_t> members, bool across,
+                        std::vector<std::unique_ptr<communicator>>& into) -> status {
+    std::vector<device*> devices;
+    for (std::size_t g : members) devices.push_back(&allocs[g]->dev());
+    auto comms = create_local_communicators(devices, link(across));
+    if (!comms) return comms.error();
+    for (std::size_t i = 0; i < members.size(); ++i) into[members[i]] = std::move((*comms)[i]);
+    return {};
+  };
+  if (group > 1) {
+    for (std::size_t first = 0; first < gpus; first += group) {
+      std::vector<std::size_t> members;
+      for (std::size_t g = first; g < first + group; ++g) members.push_back(g);
+      if (auto st = make(members, s.nodes > 1 && !hybrid, groups); !st) return st;
+    }
+  }
+  if (hybrid) {
+    for (std::size_t i = 0; i < group; ++i) {
+      std::vector<std::size_t> members;
+      for (std::size_t g = i; g < gpus; g += group) members.push_back(g);
+      if (auto st = make(members, true, replicas); !st) return st;
+    }
+  }
+
+  std::vector<double> ends(gpus, 0);
+  std::vector<status> failures(gpus);
+  std::vector<std::thread> threads;
+  for (std::size_t g = 0; g < gpus; ++g) {
+    threads.emplace_back([&, g] {
+      try {
+        rank_step step(s, z, allocs[g]->dev(), buffers[g], groups[g].get(), replicas[g].get());
+        ends[g] = step.run();
+      } catch (const error& e) {
+        failures[g] = e.to_status();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const status& f : failures) {
+    if (!f) return f;
+  }
+  groups.clear();
+  replicas.clear();
+  for (std::size_t g = 0; g < gpus; ++g) allocs[g]->free(buffers[g]);
+  return *std::max_element(ends.begin(), ends.end());
+}
+
+}  // namespace strata::plan
