@@ -265,7 +265,7 @@ residency_manager::buffer* residency_manager::victim(tier from, const std::uint6
   std::uint64_t best_key = 0;
   bool best_kept = true;
   for (auto& [handle, b] : buffers_) {
-    if (b.where != from || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
+    if (b.where != from || b.acquired > 0 || !may_leave(b.policy, from)) continue;
     // Least recently released first, or the oracle's farthest next use;
     // those needed within keep_within_ only when nothing else is left.
     const std::uint64_t key = spill_order(handle, b);

@@ -47,7 +47,7 @@ std::uint64_t residency_manager::writeback_candidate() {
       room += b.bytes;  // freed with no write when the host needs it
       continue;
     }
-    if (b.no_writeback || b.acquired > 0 || b.policy != residency_policy::evictable) continue;
+    if (b.no_writeback || b.acquired > 0 || !may_leave(b.policy, tier::host)) continue;
     const std::uint64_t key = spill_order(handle, b);
     if (best == 0 || key > best_key) {
       best = handle;

@@ -32,8 +32,9 @@ typedef enum strata_buffer_kind {
 } strata_buffer_kind;
 
 typedef enum strata_residency_policy {
-  STRATA_EVICTABLE = 0,       /* may be spilled while released */
-  STRATA_PINNED_ON_DEVICE = 1 /* never spilled */
+  STRATA_EVICTABLE = 0,        /* may be spilled while released, to host memory and NVMe */
+  STRATA_PINNED_ON_DEVICE = 1, /* never spilled */
+  STRATA_HOST_ONLY = 2         /* may be spilled to host memory, never to NVMe */
 } strata_residency_policy;
 
 /* How an acquire uses the buffer. */

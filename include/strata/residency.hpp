@@ -24,7 +24,8 @@
 // from (host memory, its NVMe extent) and spills back onto them with no
 // copy (clean_copies.cpp).
 //
-// Eviction picks among released, evictable buffers (policy `evictable`) the
+// Eviction picks among released buffers its policy lets go there (device to
+// host: `evictable` and `host_only`; host to NVMe: `evictable`) the
 // least recently released, or the one the oracle (set_eviction_oracle) says
 // is needed last; buffers the oracle says are needed within `keep_within`
 // bytes go only when no other is left. The manager registers a pressure
@@ -94,10 +95,19 @@ class stall_probes;
 
 enum class buffer_kind : std::uint8_t { parameter, gradient, optimizer_state, other };
 enum class residency_policy : std::uint8_t {
-  evictable,        ///< may be spilled while released
-  pinned_on_device  ///< never spilled
+  evictable,         ///< may be spilled while released, to host memory and on to NVMe
+  pinned_on_device,  ///< never spilled
+  host_only          ///< may be spilled to host memory while released, never to NVMe
 };
 enum class tier : std::uint8_t { none, device, host, nvme };
+
+/// Whether a released buffer under `policy` may be spilled from tier `from`:
+/// from the device to host memory (`evictable`, `host_only`) or from host
+/// memory to NVMe (`evictable`).
+[[nodiscard]] constexpr bool may_leave(residency_policy policy, tier from) noexcept {
+  if (policy == residency_policy::evictable) return true;
+  return policy == residency_policy::host_only && from == tier::device;
+}
 
 /// How an acquire uses the buffer.
 enum class access_mode : std::uint8_t {

@@ -94,6 +94,50 @@ TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
 
 // STRATA_READ_ONLY acquires: once every buffer was filled back read-only,
 // spilling them again copies nothing back and writes nothing to NVMe.
+// STRATA_HOST_ONLY buffers spill to host memory but never to NVMe: when the
+// host tier is full, the evictable ones go down instead, even the most
+// recently used; bytes come back exact from wherever they were.
+TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  const std::string conf = "host_capacity:8MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
+                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
+  strata_residency* r = nullptr;
+  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  // Four host-only buffers first (least recently used), then six others:
+  // 20 MiB over an 8 MiB device and 8 MiB of host memory.
+  std::vector<std::uint64_t> handles(10);
+  for (std::size_t k = 0; k < handles.size(); ++k) {
+    const auto policy = k < 4 ? STRATA_HOST_ONLY : STRATA_EVICTABLE;
+    ASSERT_EQ(
+        strata_residency_register(r, 2 * mib, STRATA_BUFFER_OPTIMIZER_STATE, policy, &handles[k]),
+        STRATA_OK);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t k = 0; k < handles.size(); ++k) {
+      void* p = nullptr;
+      ASSERT_EQ(strata_residency_acquire(r, handles[k], nullptr, &p), STRATA_OK)
+          << "round " << round << ", buffer " << k << ": " << strata_last_error_message();
+      wait_idle(a);
+      const auto* bytes = static_cast<const unsigned char*>(p);
+      if (round > 0) {
+        EXPECT_EQ(bytes[0], round * 16 + k) << "buffer " << k;
+        EXPECT_EQ(bytes[2 * mib - 1], round * 16 + k) << "buffer " << k;
+      }
+      std::memset(p, static_cast<int>((round + 1) * 16 + k), 2 * mib);
+      ASSERT_EQ(strata_residency_release(r, handles[k], nullptr), STRATA_OK);
+      for (std::size_t j = 0; j < 4; ++j) {
+        strata_tier where = STRATA_TIER_NONE;
+        ASSERT_EQ(strata_residency_where(r, handles[j], &where), STRATA_OK);
+        EXPECT_NE(where, STRATA_TIER_NVME) << "host-only buffer " << j;
+      }
+    }
+  }
+  EXPECT_GT(stat_of(r, "spills_to_nvme"), 0) << "the evictable buffers made the room";
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
   strata_allocator* a = nullptr;
   ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
