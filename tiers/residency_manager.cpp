@@ -329,8 +329,15 @@ status residency_manager::spill_to_host(buffer& b) {
   }
   if (spill_clean(b)) return {};  // unwritten: a copy below is the buffer
   auto host = host_memory(b.bytes);
-  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
+  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr &&
+      may_leave(b.policy, tier::host)) {
     return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
+  }
+  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
+    return {errc::out_of_memory,
+            "residency manager: a host_only buffer of " + std::to_string(b.bytes) +
+                " bytes finds no room in the host tier (" + host.error().message() +
+                ") and may not go to NVMe"};
   }
   if (!host) return host.error();
   // After the work the releasing stream had queued on it.

@@ -19,6 +19,19 @@ time they are released, so the manager may spill them to host memory and
 NVMe, and the prefetcher fetches them back ahead of the next use, in the
 order the first step recorded. Gradients stay ordinary CPU tensors.
 
+Where each buffer may go is chosen per buffer (see _placements):
+`placement` maps name patterns to a place, and `parameters` /
+`optimizer_state` give the rest by fraction, in the model's order:
+
+    strata_torch.offload(model, lr=1e-3,
+                         placement={"head.*": "device"},  # patterns first
+                         parameters={"device": 0.25},     # then a quarter kept
+                         optimizer_state="host")          # moments never on NVMe
+
+The places: "device" (pinned on the device, never spilled), "host" (may
+leave the device for host memory, never for NVMe) and "offload" (the
+default: host memory, then NVMe, as room requires).
+
 step() runs Strata's Adam/AdamW host kernel (strata_adam_step_host, the
 same operations as torch.optim.Adam/AdamW with foreach=False) on each
 parameter and its moments where they live, then ends the prefetcher's step.
@@ -33,6 +46,7 @@ threads autograd runs them on, one at a time.
 """
 
 import ctypes
+import fnmatch
 import json
 import os
 
@@ -43,6 +57,9 @@ __all__ = ["Offload", "OffloadError", "offload"]
 _PARAMETER = 0
 _OPTIMIZER_STATE = 2
 _EVICTABLE = 0
+# strata_residency_policy for each place
+_POLICY = {"device": 1, "host": 2, "offload": 0}
+_TIERS = {0: "none", 1: "device", 2: "host", 3: "nvme"}
 _READ_WRITE = 0
 _READ_ONLY = 1
 _OUT_OF_MEMORY = 2  # STRATA_ERROR_OUT_OF_MEMORY
@@ -143,10 +160,14 @@ class Offload:
     """The residency manager, prefetcher and hooks behind offload()."""
 
     def __init__(self, model, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 adamw=False, device="sim:capacity=1GiB", conf="", library=None):
+                 adamw=False, device="sim:capacity=1GiB", conf="", library=None,
+                 placement=None, parameters="offload", optimizer_state="offload"):
         for p in model.parameters():  # before anything is made
             if p.dtype != torch.float32:
                 raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
+        self._places = _placements(
+            [(n, p.numel() * 4) for n, p in model.named_parameters()],
+            placement, parameters, optimizer_state)
         self._lib = _load(library)
         self._alloc = self._res = self._fetch = self._kernels = None
         self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
@@ -161,6 +182,8 @@ class Offload:
         self._names = {}     # handle -> what it holds, for messages
         self._sizes = {}     # handle -> bytes
         self._held = {}      # handle -> acquires not yet released
+        self._pinned = []    # handles placed on the device
+        self._by_name = {}   # buffer name (as placement patterns see it) -> handle
         try:
             self._alloc = self._make("strata_allocator_create", f"device:{device}".encode())
             self._res = self._make("strata_residency_create", self._alloc, conf.encode())
@@ -186,14 +209,14 @@ class Offload:
         """Each parameter's bytes and two zeroed moments into the manager."""
         names = {id(p): n for n, p in model.named_parameters()}
         for p in model.parameters():
-            h = self._register(p.numel() * 4, _PARAMETER)
-            m = self._register(p.numel() * 4, _OPTIMIZER_STATE)
-            v = self._register(p.numel() * 4, _OPTIMIZER_STATE)
+            name = names.get(id(p), "a parameter")
+            h = self._register(p.numel() * 4, _PARAMETER, name)
+            m = self._register(p.numel() * 4, _OPTIMIZER_STATE, f"{name}.exp_avg")
+            v = self._register(p.numel() * 4, _OPTIMIZER_STATE, f"{name}.exp_avg_sq")
             self._params.append((p, h, m, v))
             self._fill(h, p.detach().contiguous())
             self._fill(m, torch.zeros_like(p))
             self._fill(v, torch.zeros_like(p))
-            name = names.get(id(p), "a parameter")
             for handle, what in ((h, name), (m, f"{name}'s exp_avg"), (v, f"{name}'s exp_avg_sq")):
                 self._names[handle] = what
                 self._sizes[handle] = p.numel() * 4
@@ -216,27 +239,53 @@ class Offload:
         held = sorted(((n, self._names.get(h, f"buffer {h}"), self._sizes[h])
                        for h, n in self._held.items() if n > 0 and h in self._sizes),
                       key=lambda t: -t[2])
+        pinned = sum(self._sizes.get(h, 0) for h in self._pinned)
+        if pinned:
+            held_pinned = {h for h, n in self._held.items() if n > 0}
+            listed = [self._names.get(h, f"buffer {h}") for h in self._pinned
+                      if h not in held_pinned]
+            more = f" and {len(listed) - 4} more" if len(listed) > 4 else ""
+            pinned_note = (f"\nstrata_offload: pinned on the device by placement "
+                           f"({pinned / 2**20:.2f} MiB): {', '.join(listed[:4])}{more}")
+        else:
+            pinned_note = ""
         if not held:
             return ("\nstrata_offload: nothing Strata manages is held on the device: the "
-                    "device is too small for one buffer next to what PyTorch itself holds")
+                    "device is too small for one buffer next to what PyTorch itself holds"
+                    + pinned_note)
         total = sum(size for _n, _name, size in held)
         names = ", ".join(f"{name} ({size / 2**20:.2f} MiB)" for _n, name, size in held[:8])
         more = f" and {len(held) - 8} more" if len(held) > 8 else ""
         return (f"\nstrata_offload: held on the device, so not offloadable now "
                 f"({total / 2**20:.2f} MiB): {names}{more}. Everything else Strata holds "
                 "was free to move to the host tier and NVMe: a larger device, or smaller "
-                "modules, would fit")
+                "modules, would fit" + pinned_note)
 
     def _make(self, fn, *args):
         out = ctypes.c_void_p()
         self._check(getattr(self._lib, fn)(*args, ctypes.byref(out)), fn)
         return out
 
-    def _register(self, nbytes, kind):
+    def _register(self, nbytes, kind, name):
+        place = self._places.get(name, "offload")
         h = ctypes.c_uint64()
-        self._check(self._lib.strata_residency_register(self._res, nbytes, kind, _EVICTABLE,
-                                                        ctypes.byref(h)), "register")
+        self._check(self._lib.strata_residency_register(self._res, nbytes, kind, _POLICY[place],
+                                                        ctypes.byref(h)), f"register {name}")
+        self._by_name[name] = h.value
+        if place == "device":
+            self._pinned.append(h.value)
         return h.value
+
+    def where(self, name):
+        """Where a buffer is now: "device", "host", "nvme" or "none" (never
+        used). `name` is a parameter's name or it with ".exp_avg" or
+        ".exp_avg_sq" (Adam's moments)."""
+        if name not in self._by_name:
+            raise OffloadError(f"where: no buffer named {name!r}")
+        tier = ctypes.c_int()
+        self._check(self._lib.strata_residency_where(self._res, self._by_name[name],
+                                                     ctypes.byref(tier)), f"where {name}")
+        return _TIERS[tier.value]
 
     def _acquire(self, h, mode, through_prefetcher=True):
         ptr = ctypes.c_void_p()
@@ -412,6 +461,75 @@ class Offload:
             if getattr(self, name):
                 getattr(self._lib, fn)(getattr(self, name))
                 setattr(self, name, None)
+
+
+def _placements(params, placement, parameters, optimizer_state):
+    """The place of every buffer named by `placement`'s patterns or by the
+    fractions, as {name: place}; buffers left out are "offload".
+
+    `params` is [(name, bytes)] in the model's order; each parameter
+    has two moments, named with ".exp_avg" and ".exp_avg_sq" added.
+    `placement` maps fnmatch patterns over those names to places (a dict,
+    or pairs in order): a buffer takes its first matching pattern's place.
+    `parameters` and `optimizer_state` place the buffers no pattern
+    matched: a place for all of them, or {place: fraction} of their bytes
+    taken in the model's order (a buffer goes where its first byte falls;
+    "device" first, then "host", the rest "offload"). Errors
+    (OffloadError): an unknown place, a pattern that matches nothing,
+    fractions outside [0, 1] or above 1 together."""
+    buffers = []
+    for name, nbytes in params:
+        buffers.append((name, "parameters", nbytes))
+        buffers.append((f"{name}.exp_avg", "optimizer_state", nbytes))
+        buffers.append((f"{name}.exp_avg_sq", "optimizer_state", nbytes))
+    places = {}
+    pairs = list(placement.items()) if isinstance(placement, dict) else list(placement or [])
+    for pattern, place in pairs:
+        _check_place(place, f"placement[{pattern!r}]")
+        matched = [n for n, _k, _b in buffers if fnmatch.fnmatchcase(n, pattern)]
+        if not matched:
+            example = buffers[0][0] if buffers else "blocks.0.weight"
+            raise OffloadError(f"placement: {pattern!r} matches no parameter or Adam state "
+                               f"(names look like {example!r}, {example + '.exp_avg'!r})")
+        for n in matched:
+            places.setdefault(n, place)
+    for kind, spec in (("parameters", parameters), ("optimizer_state", optimizer_state)):
+        fractions = _fractions(spec, kind)
+        rest = [(n, b) for n, k, b in buffers if k == kind and n not in places]
+        total = sum(b for _n, b in rest)
+        start = 0
+        for n, b in rest:
+            edge = 0.0
+            for place in ("device", "host"):
+                edge += fractions.get(place, 0.0) * total
+                if start < edge:
+                    places[n] = place
+                    break
+            start += b
+    return places
+
+
+def _check_place(place, what):
+    if place not in _POLICY:
+        raise OffloadError(f"{what}: unknown place {place!r} (one of "
+                           f"{', '.join(repr(p) for p in _POLICY)})")
+
+
+def _fractions(spec, what):
+    """{place: fraction} from a place or a dict of fractions."""
+    if isinstance(spec, str):
+        _check_place(spec, what)
+        return {spec: 1.0}
+    if not isinstance(spec, dict):
+        raise OffloadError(f"{what}: a place or {{place: fraction}}, not {spec!r}")
+    for place, fraction in spec.items():
+        _check_place(place, what)
+        if not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+            raise OffloadError(f"{what}: the fraction for {place!r} must be in [0, 1], "
+                               f"not {fraction!r}")
+    if sum(spec.values()) > 1.0 + 1e-9:
+        raise OffloadError(f"{what}: the fractions add up to {sum(spec.values())}, above 1")
+    return dict(spec)
 
 
 def _numel(shape):

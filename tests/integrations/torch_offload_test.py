@@ -24,7 +24,12 @@ torch.optim.Adam (foreach=False):
   - a device too small for one Adam update is an out-of-memory error that
     names the buffers held on the device (what could not be offloaded);
   - an offload() refused (a bad STRATA_CONF key) leaves the model's
-    parameters as they were.
+    parameters as they were;
+  - placement: weights pinned on the device by a name pattern stay there,
+    moments placed "host" by a fraction never reach NVMe while the others
+    do, and the losses are the plain model's; bad placements (a pattern
+    matching nothing, an unknown place, fractions out of range) and pinned
+    buffers that leave no room are errors naming them.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -97,13 +102,13 @@ def plain(branch):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-def offload(model, nvme_dir, capacity="8MiB"):
+def offload(model, nvme_dir, capacity="8MiB", **places):
     """`model` offloaded onto a sim device of `capacity` (smaller than the
     model), a 24 MiB host tier and NVMe in `nvme_dir`."""
     return strata_torch.offload(
         model, lr=1e-3, device=f"sim:capacity={capacity},granularity=64KiB",
         conf=f"host_capacity:24MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
-             "nvme_block_size:64KiB")
+             "nvme_block_size:64KiB", **places)
 
 
 def overwrite_nvme_files(nvme_dir):
@@ -197,6 +202,73 @@ def refused_conf():
         return str(e), intact
 
 
+def placed(nvme_dir, want_losses):
+    """Block 0's weights pinned on the device by a pattern, a quarter of Adam's
+    moments kept off NVMe by a fraction: the same losses, and every buffer
+    stays where its place allows after every step."""
+    torch.manual_seed(SEED)
+    model = Model()
+    names = [n for n, _p in model.named_parameters()]
+    pinned = ["blocks.0.up.weight", "blocks.0.down.weight"]
+    sizes = {f"{n}.{m}": p.numel() * 4 for n, p in model.named_parameters()
+             for m in ("exp_avg", "exp_avg_sq")}
+    moments = list(sizes)
+    quarter = sum(sizes.values()) / 4
+    kept, start = [], 0
+    for name in moments:  # the first quarter of the moments' bytes, in order
+        if start < quarter:
+            kept.append(name)
+        start += sizes[name]
+    off = offload(model, nvme_dir, capacity="12MiB", placement={"blocks.0.*.weight": "device"},
+                  optimizer_state={"host": 0.25})
+    losses, seen = [], set()
+    try:
+        for s in range(STEPS):
+            x, y = batch(s)
+            loss = torch.nn.functional.cross_entropy(model(x, s), y)
+            loss.backward()
+            off.step()
+            losses.append(loss.item())
+            where = {n: off.where(n) for n in names + moments}
+            check("pinned weights stay on the device",
+                  all(where[n] == "device" for n in pinned), str({n: where[n] for n in pinned}))
+            check("host-placed moments never reach NVMe",
+                  all(where[n] != "nvme" for n in kept),
+                  str([n for n in kept if where[n] == "nvme"]))
+            seen.update(n for n, w in where.items() if w == "nvme")
+        stats = off.stats()["offload"]
+    finally:
+        off.close()
+    worst = max(abs(a - b) for a, b in zip(losses, want_losses))
+    check("placed: losses", worst <= 1e-5, f"differ by {worst}")
+    check("placed: the other buffers go to NVMe", any(n not in kept for n in seen), str(seen))
+    return worst, len(kept), len(seen), stats["spills_to_nvme"]
+
+
+def placement_errors(nvme_dir):
+    """The OffloadError text of each bad placement, and of a device that
+    the pinned parameters fill."""
+    errors = []
+    for places in ({"placement": {"no_such.*": "device"}},
+                   {"placement": {"blocks.0.*": "gpu"}},
+                   {"parameters": {"device": 0.7, "host": 0.5}},
+                   {"optimizer_state": {"host": -0.1}}):
+        torch.manual_seed(SEED)
+        try:
+            offload(Model(), nvme_dir, **places).close()
+            errors.append(None)
+        except strata_offload.OffloadError as e:
+            errors.append(str(e))
+    torch.manual_seed(SEED)
+    model = Model()
+    try:  # 16.8 MB pinned on 8 MiB: the moments find no room
+        offload(model, nvme_dir, parameters="device").close()
+        errors.append(None)
+    except strata_offload.OffloadError as e:
+        errors.append(str(e))
+    return errors
+
+
 def check(name, ok, detail=""):
     if not ok:
         print(f"torch_offload_test: FAILED: {name} {detail} (seed {SEED})")
@@ -240,6 +312,16 @@ def main():
           error is not None and "out of memory" in error and "held on the device" in error
           and "up.weight" in error, str(error))
     print(f"torch_offload_test: a device too small: {error.splitlines()[-1]}")
+    worst, kept, went, spills = placed(nvme_dir, plain(False)[0])
+    print(f"torch_offload_test: placed: losses within {worst:.1e}; block 0's weights stayed "
+          f"on the device; {kept} moments kept off NVMe; {went} other buffers reached NVMe "
+          f"({spills} spills)")
+    errors = placement_errors(nvme_dir)
+    wanted = ["matches no parameter", "unknown place 'gpu'", "add up to 1.2",
+              "must be in [0, 1]", "pinned on the device by placement"]
+    for error, want in zip(errors, wanted):
+        check(f"placement error: {want}", error is not None and want in error, str(error))
+    print(f"torch_offload_test: placement errors: {errors[0]}; {errors[2]}")
     error, intact = refused_conf()
     check("a refused offload leaves the model whole",
           error is not None and "no_such_key" in error and intact, str(error))
