@@ -138,6 +138,43 @@ TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
   EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
 }
 
+// A host_only buffer larger than the host tier is not streamed to NVMe
+// (as an evictable one would be): the acquire that needs its room fails,
+// saying why, and the buffer stays on the device with its bytes.
+TEST(ResidencyC, AHostOnlyBufferTheHostCannotHoldStaysAndTheAcquireSaysWhy) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
+                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
+  strata_residency* r = nullptr;
+  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  std::uint64_t kept = 0;
+  std::uint64_t other = 0;
+  ASSERT_EQ(strata_residency_register(r, 6 * mib, STRATA_BUFFER_OTHER, STRATA_HOST_ONLY, &kept),
+            STRATA_OK);
+  ASSERT_EQ(strata_residency_register(r, 6 * mib, STRATA_BUFFER_OTHER, STRATA_EVICTABLE, &other),
+            STRATA_OK);
+  void* p = nullptr;
+  ASSERT_EQ(strata_residency_acquire(r, kept, nullptr, &p), STRATA_OK);
+  wait_idle(a);
+  std::memset(p, 0x5a, 6 * mib);
+  ASSERT_EQ(strata_residency_release(r, kept, nullptr), STRATA_OK);
+  void* q = nullptr;
+  EXPECT_EQ(strata_residency_acquire(r, other, nullptr, &q), STRATA_ERROR_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(strata_last_error_message()).find("host_only"), std::string::npos)
+      << strata_last_error_message();
+  strata_tier where = STRATA_TIER_NONE;
+  ASSERT_EQ(strata_residency_where(r, kept, &where), STRATA_OK);
+  EXPECT_EQ(where, STRATA_TIER_DEVICE);
+  EXPECT_EQ(stat_of(r, "spills_to_nvme"), 0);
+  ASSERT_EQ(strata_residency_acquire(r, kept, nullptr, &p), STRATA_OK);
+  wait_idle(a);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[6 * mib - 1], 0x5a);
+  ASSERT_EQ(strata_residency_release(r, kept, nullptr), STRATA_OK);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
   strata_allocator* a = nullptr;
   ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
