@@ -9,8 +9,8 @@
         loss.backward()
         off.step()          # Adam on the host kernel, then the prefetcher's step
 
-offload() registers every fp32 parameter, and Adam's two moments for each,
-with a residency manager (libstrata's C API, strata/residency.h) and steps
+offload() registers every parameter (fp32, or bf16 with an fp32 master
+copy), and Adam's two moments for each, with a residency manager (libstrata's C API, strata/residency.h) and steps
 a prefetcher over them (strata/prefetch.h). A module's parameters point at
 their device buffer from its forward pre-hook until its forward ends, and
 again from the moment its backward starts until the next module's backward
@@ -35,6 +35,8 @@ default: host memory, then NVMe, as room requires).
 step() runs Strata's Adam/AdamW host kernel (strata_adam_step_host, the
 same operations as torch.optim.Adam/AdamW with foreach=False) on each
 parameter and its moments where they live, then ends the prefetcher's step.
+For a bf16 parameter the kernel widens its bf16 gradient, updates the fp32
+master and writes the parameter as the master rounded to nearest even.
 
 Works on the `sim` device, whose memory is host memory: parameters are CPU
 tensors viewing Strata's buffers (as ZeRO-3 re-points .data). Needs
@@ -56,10 +58,11 @@ __all__ = ["Offload", "OffloadError", "offload"]
 
 _PARAMETER = 0
 _OPTIMIZER_STATE = 2
-_EVICTABLE = 0
 # strata_residency_policy for each place
 _POLICY = {"device": 1, "host": 2, "offload": 0}
 _TIERS = {0: "none", 1: "device", 2: "host", 3: "nvme"}
+# strata_dtype of the parameters offload() takes, and their element bytes
+_DTYPES = {torch.float32: (0, 4), torch.bfloat16: (1, 2)}
 _READ_WRITE = 0
 _READ_ONLY = 1
 _OUT_OF_MEMORY = 2  # STRATA_ERROR_OUT_OF_MEMORY
@@ -163,17 +166,18 @@ class Offload:
                  adamw=False, device="sim:capacity=1GiB", conf="", library=None,
                  placement=None, parameters="offload", optimizer_state="offload"):
         for p in model.parameters():  # before anything is made
-            if p.dtype != torch.float32:
-                raise OffloadError(f"offload needs fp32 parameters, not {p.dtype}")
+            if p.dtype not in _DTYPES:
+                raise OffloadError(f"offload needs fp32 or bf16 parameters, not {p.dtype}")
         self._places = _placements(
-            [(n, p.numel() * 4) for n, p in model.named_parameters()],
+            [(n, p.numel() * 4, p.dtype != torch.float32) for n, p in model.named_parameters()],
             placement, parameters, optimizer_state)
         self._lib = _load(library)
         self._alloc = self._res = self._fetch = self._kernels = None
         self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
         self._steps = {}     # id(parameter) -> its Adam steps (as torch's state["step"])
         self._in_step = False
-        self._params = []    # (parameter, its handle, exp_avg's, exp_avg_sq's)
+        # (parameter, its handle, exp_avg's, exp_avg_sq's, its fp32 master's or None)
+        self._params = []
         self._handle = {}    # id(parameter) -> handle
         self._backward = []  # modules whose parameters backward holds now
         self._hooks = []
@@ -194,7 +198,7 @@ class Offload:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
             raise
         for p, *_handles in self._params:
-            p.data = torch.empty(0)  # the model's own copy is gone: Strata holds it
+            p.data = torch.empty(0, dtype=p.dtype)  # the model's own copy is gone: Strata holds it
         for module in model.modules():
             if any(True for _ in module.parameters(recurse=False)):
                 self._hooks.append(module.register_forward_pre_hook(self._before_forward))
@@ -206,22 +210,34 @@ class Offload:
         self._hooks.append(model.register_forward_pre_hook(self._step_begins))
 
     def _register_all(self, model):
-        """Each parameter's bytes and two zeroed moments into the manager."""
+        """Each parameter's bytes, two zeroed moments and (bf16) its fp32
+        master copy into the manager."""
         names = {id(p): n for n, p in model.named_parameters()}
         for p in model.parameters():
             name = names.get(id(p), "a parameter")
-            h = self._register(p.numel() * 4, _PARAMETER, name)
-            m = self._register(p.numel() * 4, _OPTIMIZER_STATE, f"{name}.exp_avg")
-            v = self._register(p.numel() * 4, _OPTIMIZER_STATE, f"{name}.exp_avg_sq")
-            self._params.append((p, h, m, v))
+            n4 = p.numel() * 4
+            h = self._register(p.numel() * _DTYPES[p.dtype][1], _PARAMETER, name)
+            m = self._register(n4, _OPTIMIZER_STATE, f"{name}.exp_avg")
+            v = self._register(n4, _OPTIMIZER_STATE, f"{name}.exp_avg_sq")
+            master = None
+            if p.dtype != torch.float32:
+                master = self._register(n4, _OPTIMIZER_STATE, f"{name}.master")
+            self._params.append((p, h, m, v, master))
             self._fill(h, p.detach().contiguous())
-            self._fill(m, torch.zeros_like(p))
-            self._fill(v, torch.zeros_like(p))
-            for handle, what in ((h, name), (m, f"{name}'s exp_avg"), (v, f"{name}'s exp_avg_sq")):
-                self._names[handle] = what
-                self._sizes[handle] = p.numel() * 4
+            zeros = torch.zeros(p.shape, dtype=torch.float32)
+            self._fill(m, zeros)
+            self._fill(v, zeros)
+            if master is not None:
+                self._fill(master, p.detach().float().contiguous())
+            for handle, what, nbytes in ((h, name, p.numel() * _DTYPES[p.dtype][1]),
+                                         (m, f"{name}'s exp_avg", n4),
+                                         (v, f"{name}'s exp_avg_sq", n4),
+                                         (master, f"{name}'s fp32 master", n4)):
+                if handle is not None:
+                    self._names[handle] = what
+                    self._sizes[handle] = nbytes
             self._handle[id(p)] = h
-            self._shapes[id(p)] = tuple(p.shape)
+            self._shapes[id(p)] = (tuple(p.shape), p.dtype)
 
     # --- the C API ---------------------------------------------------------
     def _check(self, status, what):
@@ -310,27 +326,28 @@ class Offload:
 
     def _fill(self, h, src):
         ptr = self._acquire(h, _READ_WRITE, through_prefetcher=False)
-        ctypes.memmove(ptr, src.data_ptr(), src.numel() * 4)
+        ctypes.memmove(ptr, src.data_ptr(), src.numel() * src.element_size())
         self._release(h, through_prefetcher=False)
 
     @staticmethod
-    def _view(ptr, p_shape, numel):
+    def _view(ptr, shape_and_dtype):
         # sim device memory is host memory: a CPU tensor over it, no copy.
-        return torch.frombuffer((ctypes.c_float * numel).from_address(ptr),
-                                dtype=torch.float32).view(p_shape)
+        shape, dtype = shape_and_dtype
+        nbytes = _numel(shape) * _DTYPES[dtype][1]
+        return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr),
+                                dtype=dtype).view(shape)
 
     # --- the hooks -----------------------------------------------------------
     def _point(self, module):
         for p in module.parameters(recurse=False):
             h = self._handle[id(p)]
             ptr = self._acquire(h, _READ_ONLY)
-            shape = self._shapes[id(p)]
-            p.data = self._view(ptr, shape, _numel(shape))
+            p.data = self._view(ptr, self._shapes[id(p)])
 
     def _unpoint(self, module):
         for p in module.parameters(recurse=False):
             self._release(self._handle[id(p)])
-            p.data = torch.empty(0)
+            p.data = torch.empty(0, dtype=p.dtype)
 
     def _step_begins(self, _module, _inputs):
         if not self._in_step:
@@ -368,7 +385,7 @@ class Offload:
         """Adam (or AdamW) on every parameter with a gradient, then the
         prefetcher's step ends; the gradients are cleared."""
         self._release_backward()
-        for p, h, m, v in self._params:
+        for p, h, m, v, master in self._params:
             if p.grad is None:
                 continue  # as torch.optim.Adam: no step for it, its count stays
             step = self._steps.get(id(p), 0) + 1
@@ -377,14 +394,16 @@ class Offload:
             held = []  # released whatever happens: a failed fill leaves the others as they were
             try:
                 ptrs = []
-                for handle in (h, m, v):
+                for handle in (h, m, v) if master is None else (master, m, v, h):
                     ptrs.append(self._acquire(handle, _READ_WRITE))
                     held.append(handle)
                 t = _AdamTensors()
-                t.params, t.exp_avg, t.exp_avg_sq = ptrs
+                t.params, t.exp_avg, t.exp_avg_sq = ptrs[:3]
                 t.grads = grad.data_ptr()
-                t.grad_type = 0
-                t.out_type = 0
+                t.grad_type = _DTYPES[grad.dtype][0]
+                if master is not None:  # the new bf16 parameters, from the fp32 master
+                    t.params_out = ptrs[3]
+                    t.out_type = _DTYPES[self._shapes[id(p)][1]][0]  # p.data is empty now
                 t.count = grad.numel()
                 self._check(self._lib.strata_adam_step_host(self._kernels, ctypes.byref(t),
                                                             ctypes.byref(self._opts), step),
@@ -397,14 +416,18 @@ class Offload:
             self._check(self._lib.strata_prefetcher_end_step(self._fetch), "end_step")
             self._in_step = False
 
-    def parameters(self):
-        """Each parameter's current value, as a CPU copy (for checks)."""
+    def parameters(self, master=False):
+        """Each parameter's current value, as a CPU copy (for checks); with
+        `master`, the fp32 master copies of bf16 parameters instead (fp32
+        parameters are their own)."""
         out = []
-        for p, h, _m, _v in self._params:
-            ptr = self._acquire(h, _READ_ONLY, through_prefetcher=False)
-            shape = self._shapes[id(p)]
-            out.append(self._view(ptr, shape, _numel(shape)).clone())
-            self._release(h, through_prefetcher=False)
+        for p, h, _m, _v, fp32 in self._params:
+            handle, (shape, dtype) = h, self._shapes[id(p)]
+            if master and fp32 is not None:
+                handle, dtype = fp32, torch.float32
+            ptr = self._acquire(handle, _READ_ONLY, through_prefetcher=False)
+            out.append(self._view(ptr, (shape, dtype)).clone())
+            self._release(handle, through_prefetcher=False)
         return out
 
     def _string(self, fn, handle):
@@ -451,9 +474,10 @@ class Offload:
         if self._fetch:
             self._lib.strata_prefetcher_destroy(self._fetch)
             self._fetch = None
-        for _p, h, m, v in self._params:
-            for handle in (h, m, v):
-                self._lib.strata_residency_unregister(self._res, handle)
+        for _p, *handles in self._params:
+            for handle in handles:
+                if handle is not None:
+                    self._lib.strata_residency_unregister(self._res, handle)
         self._params = []
         for fn, name in (("strata_kernels_destroy", "_kernels"),
                          ("strata_residency_destroy", "_res"),
@@ -467,8 +491,11 @@ def _placements(params, placement, parameters, optimizer_state):
     """The place of every buffer named by `placement`'s patterns or by the
     fractions, as {name: place}; buffers left out are "offload".
 
-    `params` is [(name, bytes)] in the model's order; each parameter
-    has two moments, named with ".exp_avg" and ".exp_avg_sq" added.
+    `params` is [(name, fp32 bytes, has a master)] in the model's order;
+    each parameter has two moments, named with ".exp_avg" and ".exp_avg_sq"
+    added, and a bf16 one its fp32 master copy, ".master" (optimizer
+    state, as DeepSpeed counts it); a bf16 parameter weighs half its fp32
+    bytes.
     `placement` maps fnmatch patterns over those names to places (a dict,
     or pairs in order): a buffer takes its first matching pattern's place.
     `parameters` and `optimizer_state` place the buffers no pattern
@@ -478,10 +505,12 @@ def _placements(params, placement, parameters, optimizer_state):
     (OffloadError): an unknown place, a pattern that matches nothing,
     fractions outside [0, 1] or above 1 together."""
     buffers = []
-    for name, nbytes in params:
-        buffers.append((name, "parameters", nbytes))
+    for name, nbytes, has_master in params:
+        buffers.append((name, "parameters", nbytes // 2 if has_master else nbytes))
         buffers.append((f"{name}.exp_avg", "optimizer_state", nbytes))
         buffers.append((f"{name}.exp_avg_sq", "optimizer_state", nbytes))
+        if has_master:
+            buffers.append((f"{name}.master", "optimizer_state", nbytes))
     places = {}
     pairs = list(placement.items()) if isinstance(placement, dict) else list(placement or [])
     for pattern, place in pairs:
