@@ -74,10 +74,10 @@ status stream_kernels::adam_step(stream_handle stream, const adam_tensors& t, co
   if (t.count == 0) return {};
   // fp32 parameters and both moments read and written, the gradient read,
   // the optional copy of the parameters written.
-  const double element = 6.0 * sizeof(float) + static_cast<double>(dtype_size(t.grad_type)) +
-                         (t.params_out != nullptr ? dtype_size(t.out_type) : 0);
+  const std::size_t element = 6 * sizeof(float) + dtype_size(t.grad_type) +
+                              (t.params_out != nullptr ? dtype_size(t.out_type) : 0);
   return state_->enqueue(dev_, pool_, stream, kernels::adam_args_of(t, o, step), &kernels::run_adam,
-                         &kernels::launch_adam, element * static_cast<double>(t.count));
+                         &kernels::launch_adam, static_cast<double>(element * t.count));
 }
 
 status stream_kernels::cast_copy(stream_handle stream, void* dst, dtype to, const void* src,

@@ -46,6 +46,12 @@ double bus(const plan_setup& s) {
   return s.rates.nvlink_gbps * 1e9;
 }
 
+// Elements of one of 8 ranks' shards of `params`, rounded up.
+double shard8(std::uint64_t params) {
+  const std::uint64_t elements = (params + 7) / 8;
+  return static_cast<double>(elements);
+}
+
 step_time simulate(const plan_setup& s) {
   auto t = simulate_step_time(s);
   EXPECT_TRUE(t.ok()) << t.error().to_string();
@@ -54,8 +60,8 @@ step_time simulate(const plan_setup& s) {
 
 TEST(PlanStepTime, OneGpuTakesItsFlopsAtTheComputeRate) {
   plan_setup s = small_job(1);
-  const double forward = 4 * layer_forward(s) +
-                         2.0 * static_cast<double>(outer_params(s.model)) * tokens(s);
+  const double forward =
+      4 * layer_forward(s) + 2.0 * static_cast<double>(outer_params(s.model)) * tokens(s);
   step_time t = simulate(s);
   EXPECT_NEAR(t.compute, flop_seconds(s, 3 * forward), 1e-12) << "forward and twice it back";
   EXPECT_EQ(t.exposed_collectives, 0.0);
@@ -94,8 +100,7 @@ TEST(PlanStepTime, SlowLinksAreExposedByWhatBackwardCannotHide) {
   const double all_reduces =
       2.0 * 15 / 16 * 2 * static_cast<double>(total_params(s.model)) / (0.5e9);
   EXPECT_NEAR(t.collectives, all_reduces, 1e-9);
-  EXPECT_NEAR(t.exposed_collectives, all_reduces - flop_seconds(s, 4 * 2 * layer_forward(s)),
-              1e-9);
+  EXPECT_NEAR(t.exposed_collectives, all_reduces - flop_seconds(s, 4 * 2 * layer_forward(s)), 1e-9);
 }
 
 // ZeRO-3: each unit's parameters are all-gathered one unit ahead, so the
@@ -106,8 +111,8 @@ TEST(PlanStepTime, Zero3ExposesTheFirstGatherTheLastReduceScatterAndALongGather)
   plan_setup s = small_job(8);
   s.zero = 3;
   const step_time t = simulate(s);
-  const double ring = 7 * static_cast<double>((layer_params(s.model) + 7) / 8) * 2 / bus(s);
-  const double outer = 7 * static_cast<double>((outer_params(s.model) + 7) / 8) * 2 / bus(s);
+  const double ring = 7 * shard8(layer_params(s.model)) * 2 / bus(s);
+  const double outer = 7 * shard8(outer_params(s.model)) * 2 / bus(s);
   const double layer3 = flop_seconds(s, layer_forward(s));
   ASSERT_GT(outer, layer3);
   EXPECT_NEAR(t.exposed_collectives, 2 * ring + (outer - layer3), 1e-12);
@@ -125,8 +130,8 @@ TEST(PlanStepTime, TheHostOptimizerStepIsWaitedFor) {
   s.optimizer = offload_to::host;
   const step_time t = simulate(s);
   const double pcie = s.rates.pcie_gbps * 1e9;
-  const double layer_part = static_cast<double>((layer_params(s.model) + 7) / 8) * 2 / pcie;
-  const double outer_part = static_cast<double>((outer_params(s.model) + 7) / 8) * 2 / pcie;
+  const double layer_part = shard8(layer_params(s.model)) * 2 / pcie;
+  const double outer_part = shard8(outer_params(s.model)) * 2 / pcie;
   const double adam = static_cast<double>(total_params(s.model)) / 8 * 8 /
                       (s.rates.host_adam_gparams * 1e9);  // a node's 8 GPUs' parts
   const double up = 4 * layer_part + outer_part;
@@ -146,7 +151,7 @@ TEST(PlanStepTime, HybridShardAllReducesTheShardsAcrossNodes) {
   double replicas = 0;  // each unit's shard of 8, all-reduced by 2 replicas
   for (std::uint64_t p : {layer_params(s.model), layer_params(s.model), layer_params(s.model),
                           layer_params(s.model), outer_params(s.model)}) {
-    replicas += 2.0 * 1 / 2 * static_cast<double>((p + 7) / 8) * 2 / (s.rates.network_gbps * 1e9);
+    replicas += 2.0 * 1 / 2 * shard8(p) * 2 / (s.rates.network_gbps * 1e9);
   }
   EXPECT_GE(hybrid.exposed_collectives, replicas);
   EXPECT_LT(hybrid.total(), within.total()) << "NVLink within the node beats the network";
@@ -160,8 +165,7 @@ TEST(PlanStepTime, OffloadedParametersAreFetchedForEachUse) {
   s.zero = 3;
   s.params = offload_to::host;
   const double shards =
-      2.0 * static_cast<double>(4 * ((layer_params(s.model) + 7) / 8) +
-                                (outer_params(s.model) + 7) / 8);  // bf16 bytes
+      2.0 * (4 * shard8(layer_params(s.model)) + shard8(outer_params(s.model)));  // bf16 bytes
   const double pcie = shards / (s.rates.pcie_gbps * 1e9);
   EXPECT_NEAR(simulate(s).transfers, 2 * pcie, 1e-12);
   s.params = offload_to::nvme;

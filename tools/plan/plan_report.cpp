@@ -142,8 +142,8 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
   if (p.nvme_bytes > 0) out += "NVMe space needed per node: " + format_bytes(p.nvme_bytes) + "\n";
   const step_time& t = p.time;
   out += "\nStep, modeled on " + std::to_string(p.setup.gpus) + " GPU" +
-         (p.setup.gpus == 1 ? "" : "s") + ": " + seconds(t.total()) + " = compute " + seconds(t.compute) +
-         " + exposed collectives " + seconds(t.exposed_collectives) + " (of " +
+         (p.setup.gpus == 1 ? "" : "s") + ": " + seconds(t.total()) + " = compute " +
+         seconds(t.compute) + " + exposed collectives " + seconds(t.exposed_collectives) + " (of " +
          seconds(t.collectives) + ") + exposed offload " + seconds(t.exposed_transfers) + " (of " +
          seconds(t.transfers) + ")\n";
   if (!m.fits) {

@@ -46,9 +46,8 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
   z.element = s.dtype == precision::fp32 ? 4.0 : 2.0;
   z.backward_factor = s.lora_rank > 0 ? 1.0 : 2.0;
   const auto tokens = static_cast<double>(s.micro_batch * s.seq);
-  const double attention = 4.0 * static_cast<double>(s.micro_batch) *
-                           static_cast<double>(s.seq) * static_cast<double>(s.seq) *
-                           static_cast<double>(m.hidden);
+  const double attention = 4.0 * static_cast<double>(s.micro_batch) * static_cast<double>(s.seq) *
+                           static_cast<double>(s.seq) * static_cast<double>(m.hidden);
   const std::uint64_t trainable = trainable_params(s);
   const std::uint64_t layer_grads = s.lora_rank > 0 ? trainable / m.layers : layer_params(m);
   const std::uint64_t outer_grads = s.lora_rank > 0 ? 0 : outer_params(m);
@@ -59,10 +58,11 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
     z.forward.push_back({2.0 * static_cast<double>(layer_params(m)) * tokens + attention,
                          shard(layer_params(m)), layer_grads, true});
   }
-  z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens,
-                       shard(outer_params(m)), outer_grads, false});
+  z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens, shard(outer_params(m)),
+                       outer_grads, false});
   if (!parts.transfers) return z;
-  const auto per_node = static_cast<double>(s.gpus / s.nodes);
+  const std::uint64_t gpus_per_node = s.gpus / s.nodes;  // check_setup: nodes divide gpus
+  const auto per_node = static_cast<double>(gpus_per_node);
   if (s.params == offload_to::nvme) {  // every GPU of the node reads its shard
     for (unit& u : z.forward) {
       u.fetch_seconds =
@@ -299,9 +299,10 @@ result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
   };
   std::vector<std::unique_ptr<communicator>> groups(gpus);
   std::vector<std::unique_ptr<communicator>> replicas(gpus);
-  const auto make = [&](std::vector<std::size_t> members, bool across,
+  const auto make = [&](const std::vector<std::size_t>& members, bool across,
                         std::vector<std::unique_ptr<communicator>>& into) -> status {
     std::vector<device*> devices;
+    devices.reserve(members.size());
     for (std::size_t g : members) devices.push_back(&allocs[g]->dev());
     auto comms = create_local_communicators(devices, link(across));
     if (!comms) return comms.error();

@@ -15,7 +15,8 @@ result<step_time> simulate_step_time(const plan_setup& s) {
   if (!without_transfers) return without_transfers.error();
   auto compute = collectives ? run_step_ranks(s, {true, false, false}) : without_transfers;
   if (!compute) return compute.error();
-  auto collective_time = collectives ? run_step_ranks(s, {false, true, false}) : result<double>{0.0};
+  auto collective_time =
+      collectives ? run_step_ranks(s, {false, true, false}) : result<double>{0.0};
   if (!collective_time) return collective_time.error();
   auto transfer_time = offload ? run_step_ranks(s, {false, false, true}) : result<double>{0.0};
   if (!transfer_time) return transfer_time.error();
