@@ -1,5 +1,6 @@
 #include "strata/residency.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -266,6 +267,7 @@ residency_manager::buffer* residency_manager::victim(tier from, const std::uint6
   bool best_kept = true;
   for (auto& [handle, b] : buffers_) {
     if (b.where != from || b.acquired > 0 || !may_leave(b.policy, from)) continue;
+    if (std::find(passed_over_.begin(), passed_over_.end(), &b) != passed_over_.end()) continue;
     // Least recently released first, or the oracle's farthest next use;
     // those needed within keep_within_ only when nothing else is left.
     const std::uint64_t key = spill_order(handle, b);
@@ -334,10 +336,10 @@ status residency_manager::spill_to_host(buffer& b) {
     return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
   }
   if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
-    return {errc::out_of_memory,
-            "residency manager: a host_only buffer of " + std::to_string(b.bytes) +
-                " bytes finds no room in the host tier (" + host.error().message() +
-                ") and may not go to NVMe"};
+    return {errc::out_of_memory, "residency manager: a host_only buffer of " +
+                                     std::to_string(b.bytes) +
+                                     " bytes finds no room in the host tier (" +
+                                     host.error().message() + ") and may not go to NVMe"};
   }
   if (!host) return host.error();
   // After the work the releasing stream had queued on it.
@@ -354,12 +356,32 @@ status residency_manager::spill_to_host(buffer& b) {
   return {};
 }
 
+status residency_manager::spill_a_victim(const std::uint64_t* limit, buffer** spilled) {
+  *spilled = nullptr;
+  status passed;
+  for (;;) {
+    buffer* v = victim(tier::device, limit);
+    if (v == nullptr) break;
+    status s = spill_to_host(*v);
+    if (!s && s.code() == errc::out_of_memory && v->policy == residency_policy::host_only) {
+      passed_over_.push_back(v);  // stays on the device; another may go instead
+      passed = std::move(s);
+      continue;
+    }
+    if (s) *spilled = v;
+    passed_over_.clear();
+    return s;
+  }
+  passed_over_.clear();
+  return passed;
+}
+
 std::size_t residency_manager::spill(std::size_t bytes) {
   std::lock_guard lock(mu_);
   std::size_t freed = 0;
   while (freed < bytes) {
-    buffer* v = victim(tier::device);
-    if (v == nullptr || !spill_to_host(*v)) break;
+    buffer* v = nullptr;
+    if (!spill_a_victim(nullptr, &v) || v == nullptr) break;
     freed += v->bytes;
   }
   return freed;
@@ -385,11 +407,11 @@ result<void*> residency_manager::device_memory(std::size_t bytes, const std::uin
       return e.to_status();
     }
     if (room.free >= bytes) break;
-    buffer* v = victim(tier::device, limit);
+    buffer* v = nullptr;
+    if (auto s = spill_a_victim(limit, &v); !s) return s;
     if (v == nullptr) {
       return status{errc::out_of_memory, "residency manager: no room for a prefetch"};
     }
-    if (auto s = spill_to_host(*v); !s) return s;
   }
   for (;;) {
     // The allocator's pressure handler already spilled enough bytes; but
@@ -397,9 +419,9 @@ result<void*> residency_manager::device_memory(std::size_t bytes, const std::uin
     // request fits or nothing evictable is left.
     auto p = alloc_.try_malloc(bytes);
     if (p || p.code() != errc::out_of_memory) return p;
-    buffer* v = victim(tier::device, limit);
+    buffer* v = nullptr;
+    if (auto s = spill_a_victim(limit, &v); !s) return s;
     if (v == nullptr) return p.error();
-    if (auto s = spill_to_host(*v); !s) return s;
   }
 }
 

@@ -79,6 +79,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
@@ -291,8 +292,13 @@ class STRATA_API residency_manager {
   residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                     std::unique_ptr<nvme_store> nvme, bool verify_nvme);
   // A released device (or host) buffer to move down, or null; with
-  // `limit`, only one the oracle says is needed later than it.
+  // `limit`, only one the oracle says is needed later than it. Passes over
+  // the buffers in `passed_over_`.
   buffer* victim(tier from, const std::uint64_t* limit = nullptr);
+  // Spills the next device victim: host_only ones the host tier cannot take
+  // now are passed over for the next. Null status with `*spilled` null: no
+  // victim is left (the error of a passed-over one, if any, is returned).
+  status spill_a_victim(const std::uint64_t* limit, buffer** spilled);
   // Which buffer goes first (larger: sooner): the oracle's next use, else
   // the least recently released. Shared by victim and write-behind.
   [[nodiscard]] std::uint64_t spill_order(std::uint64_t handle, const buffer& b) const;
@@ -407,6 +413,7 @@ class STRATA_API residency_manager {
   std::uint64_t tick_ = 0;
   std::function<std::uint64_t(std::uint64_t)> oracle_;
   std::uint64_t keep_within_ = 0;
+  std::vector<const buffer*> passed_over_;      // spill_a_victim's, for one call
   const std::uint64_t* evict_limit_ = nullptr;  // set while a prefetch makes device room
   counters stats_;
   std::unique_ptr<stall_probes> probes_;

@@ -120,6 +120,17 @@ def offload(model, nvme_dir, capacity="8MiB", **places):
              "nvme_block_size:64KiB", **places)
 
 
+def train_step(model, off, s, dtype=None):
+    """Step `s` of the offloaded `model` (inputs cast to `dtype`): the loss."""
+    x, y = batch(s)
+    if dtype is not None:
+        x = x.to(dtype)
+    loss = torch.nn.functional.cross_entropy(model(x, s).float(), y)
+    loss.backward()
+    off.step()
+    return loss.item()
+
+
 def overwrite_nvme_files(nvme_dir):
     """Overwrites the NVMe store's (unnamed) file behind Strata's back."""
     for fd in os.listdir("/proc/self/fd"):
@@ -141,11 +152,7 @@ def offloaded(branch, nvme_dir):
     off = offload(model, nvme_dir)
     losses, moved, hits = [], [], []
     for s in range(STEPS):
-        x, y = batch(s)
-        loss = torch.nn.functional.cross_entropy(model(x, s), y)
-        loss.backward()
-        off.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, off, s))
         st = off.stats()["prefetch"]
         moved.append(st["step_bytes_from_host"] + st["step_bytes_from_nvme"])
         hits.append(st["hits"])
@@ -233,11 +240,7 @@ def placed(nvme_dir, want_losses):
     losses, seen = [], set()
     try:
         for s in range(STEPS):
-            x, y = batch(s)
-            loss = torch.nn.functional.cross_entropy(model(x, s), y)
-            loss.backward()
-            off.step()
-            losses.append(loss.item())
+            losses.append(train_step(model, off, s))
             where = {n: off.where(n) for n in names + moments}
             check("pinned weights stay on the device",
                   all(where[n] == "device" for n in pinned), str({n: where[n] for n in pinned}))

@@ -51,6 +51,16 @@ void wait_idle(strata_allocator* a) {
   ASSERT_TRUE(idle);
 }
 
+// An allocator on an 8 MiB sim device and a manager over it: a host tier
+// of `host_capacity`, 1 MiB chunks, NVMe in the scratch directory.
+void open_tiers(const char* host_capacity, strata_allocator*& a, strata_residency*& r) {
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  const std::string conf = std::string("host_capacity:") + host_capacity +
+                           ",host_chunk:1MiB,nvme_dir:" + scratch() +
+                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
+  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+}
+
 TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
   strata_allocator* a = nullptr;
   ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK)
@@ -99,11 +109,8 @@ TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
 // recently used; bytes come back exact from wherever they were.
 TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
-  const std::string conf = "host_capacity:8MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
-                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
   strata_residency* r = nullptr;
-  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  ASSERT_NO_FATAL_FAILURE(open_tiers("8MiB", a, r));
   // Four host-only buffers first (least recently used), then six others:
   // 20 MiB over an 8 MiB device and 8 MiB of host memory.
   std::vector<std::uint64_t> handles(10);
@@ -143,11 +150,8 @@ TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
 // saying why, and the buffer stays on the device with its bytes.
 TEST(ResidencyC, AHostOnlyBufferTheHostCannotHoldStaysAndTheAcquireSaysWhy) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
-  const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
-                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
   strata_residency* r = nullptr;
-  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  ASSERT_NO_FATAL_FAILURE(open_tiers("4MiB", a, r));
   std::uint64_t kept = 0;
   std::uint64_t other = 0;
   ASSERT_EQ(strata_residency_register(r, 6 * mib, STRATA_BUFFER_OTHER, STRATA_HOST_ONLY, &kept),
@@ -175,13 +179,40 @@ TEST(ResidencyC, AHostOnlyBufferTheHostCannotHoldStaysAndTheAcquireSaysWhy) {
   EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
 }
 
+// A host_only buffer the host tier cannot take now is passed over: the
+// next victim, an evictable one, goes to NVMe instead and the acquire
+// succeeds.
+TEST(ResidencyC, AHostOnlyVictimWithNoHostRoomIsPassedOver) {
+  strata_allocator* a = nullptr;
+  strata_residency* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_tiers("4MiB", a, r));
+  enum { c, oldest, evictable, last };  // C fills the host tier first
+  const strata_residency_policy policy[] = {STRATA_HOST_ONLY, STRATA_HOST_ONLY, STRATA_EVICTABLE,
+                                            STRATA_EVICTABLE};
+  std::uint64_t h[4] = {};
+  for (int k = c; k <= last; ++k) {
+    ASSERT_EQ(strata_residency_register(r, 3 * mib, STRATA_BUFFER_OTHER, policy[k], &h[k]),
+              STRATA_OK);
+    void* p = nullptr;
+    ASSERT_EQ(strata_residency_acquire(r, h[k], nullptr, &p), STRATA_OK)
+        << "buffer " << k << ": " << strata_last_error_message();
+    ASSERT_EQ(strata_residency_release(r, h[k], nullptr), STRATA_OK);
+  }
+  const strata_tier want[] = {STRATA_TIER_HOST, STRATA_TIER_DEVICE, STRATA_TIER_NVME,
+                              STRATA_TIER_DEVICE};
+  for (int k = c; k <= last; ++k) {
+    strata_tier where = STRATA_TIER_NONE;
+    ASSERT_EQ(strata_residency_where(r, h[k], &where), STRATA_OK);
+    EXPECT_EQ(where, want[k]) << "buffer " << k;
+  }
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
-  const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
-                           ",nvme_block_size:256KiB,nvme_queue_depth:4";
   strata_residency* r = nullptr;
-  ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
+  ASSERT_NO_FATAL_FAILURE(open_tiers("4MiB", a, r));
   std::vector<std::uint64_t> handles(6);
   for (std::size_t k = 0; k < handles.size(); ++k) {
     ASSERT_EQ(c_register_parameter(r, 2 * mib, &handles[k]), STRATA_OK);
