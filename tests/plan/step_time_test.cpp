@@ -78,20 +78,39 @@ TEST(PlanStepTime, OneGpuTakesItsFlopsAtTheComputeRate) {
   EXPECT_NEAR(simulate(s).compute, 8 * flop_seconds(s, 3 * forward), 1e-12);
 }
 
-// DDP: each layer's gradients are all-reduced while the layer before it
-// computes its backward, so only the last (layer 0's) is exposed.
+// DDP, through Strata's gradient buckets: each unit's gradients (25 MB
+// and more: a bucket each) are all-reduced while the layer before it
+// computes its backward, so only the last (layer 0's) is exposed. The
+// buckets' first step also exchanges rank 0's ready order: a few bytes,
+// under 10 ns at this rate (the tolerance).
 TEST(PlanStepTime, DdpHidesEveryAllReduceButTheLast) {
   const plan_setup s = small_job(8);
   const double ring = 2.0 * 7 / 8 * 2;  // all-reduce: 2 (n - 1) / n of the bf16 bytes
   const step_time t = simulate(s);
-  EXPECT_NEAR(t.collectives, ring * static_cast<double>(total_params(s.model)) / bus(s), 1e-12);
+  EXPECT_NEAR(t.collectives, ring * static_cast<double>(total_params(s.model)) / bus(s), 1e-8);
   EXPECT_NEAR(t.exposed_collectives, ring * static_cast<double>(layer_params(s.model)) / bus(s),
-              1e-12);
+              1e-8);
   EXPECT_NEAR(t.total(), simulate(small_job(1)).compute + t.exposed_collectives, 1e-12);
 }
 
+// DDP with 6 MiB layers: the gradient buckets hold four layers each (25
+// MiB), so the last bucket's four layers are exposed, not one layer.
+TEST(PlanStepTime, DdpExposesTheLastBucketOfSeveralLayers) {
+  plan_setup s = small_job(8);
+  s.model.layers = 12;
+  s.model.hidden = 512;
+  s.model.heads = 8;
+  s.model.kv_heads = 8;
+  s.model.ffn = 2048;
+  ASSERT_EQ(layer_params(s.model) * 2, 6293504U) << "6.0 MiB of bf16 gradients a layer";
+  const double ring = 2.0 * 7 / 8 * 2;
+  EXPECT_NEAR(simulate(s).exposed_collectives,
+              ring * 4 * static_cast<double>(layer_params(s.model)) / bus(s), 1e-8);
+}
+
 // Across nodes at 0.5 GB/s the all-reduces outlast backward: they run back
-// to back from the head's, and only the layers' backward hides them.
+// to back from the head's, and only the layers' backward hides them (the
+// ready order's exchange: under 100 ns at this rate).
 TEST(PlanStepTime, SlowLinksAreExposedByWhatBackwardCannotHide) {
   plan_setup s = small_job(16);
   s.nodes = 2;
@@ -99,8 +118,8 @@ TEST(PlanStepTime, SlowLinksAreExposedByWhatBackwardCannotHide) {
   const step_time t = simulate(s);
   const double all_reduces =
       2.0 * 15 / 16 * 2 * static_cast<double>(total_params(s.model)) / (0.5e9);
-  EXPECT_NEAR(t.collectives, all_reduces, 1e-9);
-  EXPECT_NEAR(t.exposed_collectives, all_reduces - flop_seconds(s, 4 * 2 * layer_forward(s)), 1e-9);
+  EXPECT_NEAR(t.collectives, all_reduces, 1e-7);
+  EXPECT_NEAR(t.exposed_collectives, all_reduces - flop_seconds(s, 4 * 2 * layer_forward(s)), 1e-7);
 }
 
 // ZeRO-3: each unit's parameters are all-gathered one unit ahead, so the

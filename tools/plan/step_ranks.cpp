@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "strata/communicator.hpp"
+#include "strata/gradient_buckets.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::plan {
@@ -22,6 +23,7 @@ struct unit {
   std::size_t grads = 0;     // trainable elements (their gradients)
   bool layer = true;         // false: embeddings and head (never recomputed)
   double fetch_seconds = 0;  // offloaded to NVMe: the node's read of the shards
+  std::size_t index = 0;     // in forward order
 };
 
 // What every rank runs: the same on all of them.
@@ -60,6 +62,7 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
   }
   z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens, shard(outer_params(m)),
                        outer_grads, false});
+  for (std::size_t i = 0; i < z.forward.size(); ++i) z.forward[i].index = i;
   if (!parts.transfers) return z;
   const std::uint64_t gpus_per_node = s.gpus / s.nodes;  // check_setup: nodes divide gpus
   const auto per_node = static_cast<double>(gpus_per_node);
@@ -95,12 +98,14 @@ class rank_step {
       : s_(s), z_(z), dev_(dev), buffer_(buffer), group_(group), replicas_(replicas) {
     for (stream_handle* h : {&compute_, &comm_, &copy_}) *h = make_stream();
     for (event_handle* e : {&ready_, &done_, &reduced_, &copied_}) *e = make_event();
+    if (s.zero == 0 && group != nullptr) make_buckets();
   }
   rank_step(const rank_step&) = delete;
   rank_step& operator=(const rank_step&) = delete;
   rank_step(rank_step&&) = delete;
   rank_step& operator=(rank_step&&) = delete;
   ~rank_step() {
+    buckets_.reset();  // waits for its reductions
     (void)dev_.synchronize();
     for (stream_handle h : {compute_, comm_, copy_}) (void)dev_.destroy_stream(h);
     for (event_handle e : {ready_, done_, reduced_, copied_}) (void)dev_.destroy_event(e);
@@ -109,10 +114,13 @@ class rank_step {
   // Queues the step and returns its modeled end.
   double run() {
     std::vector<unit> backward(z_.forward.rbegin(), z_.forward.rend());
+    if (buckets_) check(buckets_->zero(compute_));
     for (std::uint64_t micro = 0; micro < s_.grad_accum; ++micro) {
       const bool last = micro + 1 == s_.grad_accum;
+      if (buckets_) buckets_->no_sync(!last);  // DDP accumulates, reduces at the last
       pass(z_.forward, false, last);
       pass(backward, true, last);
+      if (buckets_) check(buckets_->finish(compute_));
     }
     if (replicas_ != nullptr) {  // hybrid shard: the shards' replicas average across nodes
       for (const unit& u : z_.forward) {
@@ -145,6 +153,19 @@ class rank_step {
   }
   void wait(stream_handle stream, event_handle event) {
     check(dev_.stream_wait_event(stream, event));
+  }
+  // DDP: Strata's gradient buckets over the units' gradients (default
+  // options: a 1 MiB first bucket, 25 MiB after, reduced in place).
+  void make_buckets() {
+    std::vector<gradient_param> params;
+    for (const unit& u : z_.forward) {
+      bucket_of_.push_back(u.grads > 0 ? params.size() : no_bucket);
+      if (u.grads > 0) params.push_back({u.grads, z_.type});
+    }
+    if (params.empty()) return;
+    auto b = gradient_buckets::create(*group_, params, comm_);
+    if (!b) throw error(b.error());
+    buckets_ = std::move(*b);
   }
   void kernel(double flops) { check(dev_.queue_modeled_kernel(compute_, flops, 0)); }
   void host_work(const double* seconds) {
@@ -211,15 +232,15 @@ class rank_step {
   // they are computed; ZeRO-3 every micro-batch, the others at the last.
   // With the optimizer on the host, this rank's part then goes down.
   void reduce(const unit& u, bool last_micro) {
+    if (buckets_ && u.grads > 0) {
+      check(buckets_->mark_ready(bucket_of_[u.index], compute_));
+      return;
+    }
     if (u.grads == 0 || (s_.zero < 3 && !last_micro)) return;
     if (group_ != nullptr) {
       wait(comm_, done_);
-      if (s_.zero == 0) {
-        check(group_->all_reduce(buffer_, buffer_, u.grads, z_.type, reduce_op::avg, comm_));
-      } else {
-        check(group_->reduce_scatter(buffer_, buffer_, ceil_div(u.grads, z_.ranks), z_.type,
-                                     reduce_op::avg, comm_));
-      }
+      check(group_->reduce_scatter(buffer_, buffer_, ceil_div(u.grads, z_.ranks), z_.type,
+                                   reduce_op::avg, comm_));
     }
     if (s_.optimizer == offload_to::none || !last_micro) return;
     check(dev_.record_event(reduced_, group_ != nullptr ? comm_ : compute_));
@@ -248,8 +269,19 @@ class rank_step {
   communicator* replicas_;
   stream_handle compute_{}, comm_{}, copy_{};
   event_handle ready_{}, done_{}, reduced_{}, copied_{};
+  static constexpr std::size_t no_bucket = ~std::size_t{0};
+  std::unique_ptr<gradient_buckets> buckets_;
+  std::vector<std::size_t> bucket_of_;  // unit index -> its gradient's index
   unsigned char host_ = 0;
 };
+
+// DDP's gradient buffer: every unit's gradients, each 256-byte aligned.
+std::uint64_t gradient_bytes(const plan_setup& s, const step_shape& z) {
+  if (s.zero != 0) return 0;
+  std::uint64_t bytes = 0;
+  for (const unit& u : z.forward) bytes += u.grads * static_cast<std::uint64_t>(z.element) + 256;
+  return bytes;
+}
 
 // The bytes one rank's buffer needs: the largest gathered unit, gradient
 // or transfer.
@@ -271,7 +303,9 @@ result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
   const double rate = r.tflops / (s.dtype == precision::fp32 ? 8.0 : 1.0);
   const double pcie = parts.transfers ? r.pcie_gbps : 0;
   allocator_options o;
-  o.device = "sim:capacity=" + format_byte_option(buffer + granularity) +
+  const std::uint64_t gradients =
+      (gradient_bytes(s, z) + granularity - 1) / granularity * granularity;
+  o.device = "sim:capacity=" + format_byte_option(buffer + gradients + granularity) +
              ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
              ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie);
   o.log_ooms = false;
