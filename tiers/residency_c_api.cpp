@@ -42,7 +42,8 @@ static_assert(static_cast<int>(strata::tier::nvme) == STRATA_TIER_NVME &&
               static_cast<int>(strata::buffer_kind::other) == STRATA_BUFFER_OTHER &&
               static_cast<int>(strata::residency_policy::pinned_on_device) ==
                   STRATA_PINNED_ON_DEVICE &&
-              static_cast<int>(strata::residency_policy::host_only) == STRATA_HOST_ONLY);
+              static_cast<int>(strata::residency_policy::host_only) == STRATA_HOST_ONLY &&
+              static_cast<int>(strata::residency_policy::nvme_home) == STRATA_NVME_HOME);
 
 using strata::c_api::fail;
 using strata::c_api::null_output;
@@ -107,7 +108,7 @@ strata_status strata_residency_register(strata_residency* r, size_t bytes, strat
     return fail(strata::errc::invalid_argument, "unknown buffer kind");
   }
   const auto p = strata::c_api::enum_value(policy);
-  if (p < STRATA_EVICTABLE || p > STRATA_HOST_ONLY) {
+  if (p < STRATA_EVICTABLE || p > STRATA_NVME_HOME) {
     return fail(strata::errc::invalid_argument, "unknown residency policy");
   }
   auto h = impl->register_buffer(bytes, static_cast<strata::buffer_kind>(kind),

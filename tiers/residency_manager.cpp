@@ -226,6 +226,10 @@ void residency_manager::drop(buffer& b) {
 result<std::uint64_t> residency_manager::register_buffer(std::size_t bytes, buffer_kind kind,
                                                          residency_policy policy) {
   if (bytes == 0) return status{errc::invalid_argument, "residency manager: a buffer of 0 bytes"};
+  if (policy == residency_policy::nvme_home && nvme_ == nullptr) {
+    return status{errc::invalid_argument,
+                  "residency manager: an nvme_home buffer needs an NVMe tier (nvme_dir)"};
+  }
   // A buffer is whole on the device when acquired: one larger than the
   // device can never be.
   auto info = alloc_.dev().get_memory_info();
@@ -565,6 +569,16 @@ status residency_manager::release(std::uint64_t handle, void* stream) {
   if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
   --b.acquired;
   b.released_at = ++tick_;
+  if (b.acquired == 0 && b.policy == residency_policy::nvme_home) return send_home(b);
+  return {};
+}
+
+status residency_manager::send_home(buffer& b) {
+  if (b.where == tier::device) {
+    (void)retire(b, true);  // a finished fill's host copy becomes its shadow
+    if (!spill_clean(b)) return stream_to_nvme(b);  // after the releasing stream's work
+  }
+  if (b.where == tier::host) return spill_to_nvme(b);  // verified unless nvme_verify is off
   return {};
 }
 

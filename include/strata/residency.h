@@ -34,7 +34,8 @@ typedef enum strata_buffer_kind {
 typedef enum strata_residency_policy {
   STRATA_EVICTABLE = 0,        /* may be spilled while released, to host memory and NVMe */
   STRATA_PINNED_ON_DEVICE = 1, /* never spilled */
-  STRATA_HOST_ONLY = 2         /* may be spilled to host memory, never to NVMe */
+  STRATA_HOST_ONLY = 2,        /* may be spilled to host memory, never to NVMe */
+  STRATA_NVME_HOME = 3         /* written to NVMe at its last release (needs nvme_dir) */
 } strata_residency_policy;
 
 /* How an acquire uses the buffer. */
@@ -90,7 +91,10 @@ STRATA_C_API strata_status strata_residency_acquire_mode(strata_residency* r, ui
                                                          void* stream, strata_access_mode mode,
                                                          void** out);
 /* Ends one acquire: once none is left and the work queued on `stream` so
- * far is done, the buffer may be spilled. */
+ * far is done, the buffer may be spilled. The last release of a
+ * STRATA_NVME_HOME buffer also writes it to NVMe (after `stream`'s work)
+ * and returns once it is there; a failed write (IO, OUT_OF_MEMORY) leaves
+ * it where it was, released. */
 STRATA_C_API strata_status strata_residency_release(strata_residency* r, uint64_t handle,
                                                     void* stream);
 /* Frees the buffer wherever it is. INVALID_ARGUMENT if unknown or still

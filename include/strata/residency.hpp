@@ -98,15 +98,16 @@ enum class buffer_kind : std::uint8_t { parameter, gradient, optimizer_state, ot
 enum class residency_policy : std::uint8_t {
   evictable,         ///< may be spilled while released, to host memory and on to NVMe
   pinned_on_device,  ///< never spilled
-  host_only          ///< may be spilled to host memory while released, never to NVMe
+  host_only,         ///< may be spilled to host memory while released, never to NVMe
+  nvme_home          ///< written to NVMe at its last release (evictable in between)
 };
 enum class tier : std::uint8_t { none, device, host, nvme };
 
 /// Whether a released buffer under `policy` may be spilled from tier `from`:
-/// from the device to host memory (`evictable`, `host_only`) or from host
-/// memory to NVMe (`evictable`).
+/// from the device to host memory (`evictable`, `host_only`, `nvme_home`)
+/// or from host memory to NVMe (`evictable`, `nvme_home`).
 [[nodiscard]] constexpr bool may_leave(residency_policy policy, tier from) noexcept {
-  if (policy == residency_policy::evictable) return true;
+  if (policy == residency_policy::evictable || policy == residency_policy::nvme_home) return true;
   return policy == residency_policy::host_only && from == tier::device;
 }
 
@@ -158,7 +159,7 @@ class STRATA_API residency_manager {
 
   /// A new buffer of `bytes` (> 0, at most the device's memory); no storage
   /// until the first acquire. Errors: invalid_argument (0, larger than the
-  /// device).
+  /// device, `nvme_home` without an NVMe tier).
   result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
                                         residency_policy policy);
   /// The buffer on the device, valid for work queued on `stream` from now
@@ -169,8 +170,13 @@ class STRATA_API residency_manager {
   result<void*> acquire(std::uint64_t handle, void* stream,
                         access_mode mode = access_mode::read_write);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
-  /// `stream`'s work up to now is done. Errors: invalid_argument (unknown
-  /// handle, not acquired, unknown stream), device errors.
+  /// `stream`'s work up to now is done. The last release of an `nvme_home`
+  /// buffer also writes it to NVMe (after `stream`'s work; verified unless
+  /// nvme_verify is off) and returns when it is there; an unwritten one
+  /// moves no bytes. Errors: invalid_argument (unknown handle, not
+  /// acquired, unknown stream), device errors; for `nvme_home` the write's
+  /// (io_error, out_of_memory: the release is done, the buffer stays where
+  /// it was).
   status release(std::uint64_t handle, void* stream);
   /// Frees the buffer wherever it is. Errors: invalid_argument (unknown, or
   /// still acquired).
@@ -304,6 +310,8 @@ class STRATA_API residency_manager {
   [[nodiscard]] std::uint64_t spill_order(std::uint64_t handle, const buffer& b) const;
   status spill_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
+  // An nvme_home buffer's last release: down to NVMe from where it is.
+  status send_home(buffer& b);
   // The streamed paths (staged_transfer.cpp): device <-> NVMe through the
   // staging chunks, for buffers the host tier cannot hold.
   status stream_to_nvme(buffer& b);

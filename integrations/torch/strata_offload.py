@@ -29,8 +29,10 @@ Where each buffer may go is chosen per buffer (see _placements):
                          optimizer_state="host")          # moments never on NVMe
 
 The places: "device" (pinned on the device, never spilled), "host" (may
-leave the device for host memory, never for NVMe) and "offload" (the
-default: host memory, then NVMe, as room requires).
+leave the device for host memory, never for NVMe), "nvme" (written to NVMe
+whenever its last use ends: the release waits for the write; needs
+nvme_dir) and "offload" (the default: host memory, then NVMe, as room
+requires).
 
 step() runs Strata's Adam/AdamW host kernel (strata_adam_step_host, the
 same operations as torch.optim.Adam/AdamW with foreach=False) on each
@@ -59,7 +61,7 @@ __all__ = ["Offload", "OffloadError", "offload"]
 _PARAMETER = 0
 _OPTIMIZER_STATE = 2
 # strata_residency_policy for each place
-_POLICY = {"device": 1, "host": 2, "offload": 0}
+_POLICY = {"device": 1, "host": 2, "nvme": 3, "offload": 0}
 _TIERS = {0: "none", 1: "device", 2: "host", 3: "nvme"}
 # strata_dtype of the parameters offload() takes, and their element bytes
 _DTYPES = {torch.float32: (0, 4), torch.bfloat16: (1, 2)}
@@ -501,7 +503,7 @@ def _placements(params, placement, parameters, optimizer_state):
     `parameters` and `optimizer_state` place the buffers no pattern
     matched: a place for all of them, or {place: fraction} of their bytes
     taken in the model's order (a buffer goes where its first byte falls;
-    "device" first, then "host", the rest "offload"). Errors
+    "device" first, then "host", then "nvme", the rest "offload"). Errors
     (OffloadError): an unknown place, a pattern that matches nothing,
     fractions outside [0, 1] or above 1 together."""
     buffers = []
@@ -529,7 +531,7 @@ def _placements(params, placement, parameters, optimizer_state):
         start = 0
         for n, b in rest:
             edge = 0.0
-            for place in ("device", "host"):
+            for place in ("device", "host", "nvme"):
                 edge += fractions.get(place, 0.0) * total
                 if start < edge:
                     places[n] = place

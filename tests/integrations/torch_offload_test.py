@@ -38,7 +38,8 @@ torch.optim.Adam (foreach=False):
     moments placed "host" by a fraction never reach NVMe while the others
     do, and the losses are the plain model's; bad placements (a pattern
     matching nothing, an unknown place, fractions out of range) and pinned
-    buffers that leave no room are errors naming them.
+    buffers that leave no room are errors naming them; every step writes
+    each moment placed "nvme" to NVMe.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -310,6 +311,31 @@ def bf16_offloaded(nvme_dir):
     return losses, first_grads, first_masters, params, masters, spills
 
 
+def nvme_placed(nvme_dir, want_losses):
+    """Adam's moments placed "nvme": every step writes each of them to NVMe
+    when its update releases it (the prefetcher may read them ahead again
+    for the next step), and the losses are the plain model's. Five steps."""
+    torch.manual_seed(SEED)
+    model = Model()
+    moment_bytes = sum(p.numel() * 8 for p in model.parameters())
+    off = offload(model, nvme_dir, optimizer_state="nvme")
+    losses, written = [], []
+    try:
+        before = off.stats()["offload"]["bytes_to_nvme"]
+        for s in range(5):
+            losses.append(train_step(model, off, s))
+            now = off.stats()["offload"]["bytes_to_nvme"]
+            written.append(now - before)
+            before = now
+    finally:
+        off.close()
+    check("nvme-placed: each step writes every moment to NVMe", min(written) >= moment_bytes,
+          f"{min(written)} < {moment_bytes}")
+    worst = max(abs(a - b) for a, b in zip(losses, want_losses))
+    check("nvme-placed: losses", worst <= 1e-5, f"differ by {worst}")
+    return worst, min(written), moment_bytes
+
+
 def placement_errors(nvme_dir):
     """The OffloadError text of each bad placement, and of a device that
     the pinned parameters fill."""
@@ -396,6 +422,9 @@ def main():
     check("bf16: spills to NVMe", spills > 0)
     print(f"torch_offload_test: bf16 with fp32 masters: first step exact, masters after it "
           f"within {first:.1e}, losses within {worst:.1e} over {STEPS} steps")
+    worst, least, moments = nvme_placed(nvme_dir, plain(False)[0])
+    print(f"torch_offload_test: nvme-placed: at least {least / 1e6:.1f} MB written to NVMe a "
+          f"step ({moments / 1e6:.1f} MB of moments), losses within {worst:.1e}")
     errors = placement_errors(nvme_dir)
     wanted = ["matches no parameter", "unknown place 'gpu'", "add up to 1.2",
               "must be in [0, 1]", "pinned on the device by placement"]

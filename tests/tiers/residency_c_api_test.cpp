@@ -209,6 +209,50 @@ TEST(ResidencyC, AHostOnlyVictimWithNoHostRoomIsPassedOver) {
   EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
 }
 
+// STRATA_NVME_HOME: the last release writes the buffer to NVMe (nested
+// acquires keep it), a read-only use goes back with no write, and the
+// bytes come back exact; without an NVMe tier the policy is refused.
+TEST(ResidencyC, NvmeHomeBuffersGoToNvmeAtTheirLastRelease) {
+  strata_allocator* a = nullptr;
+  strata_residency* r = nullptr;
+  ASSERT_NO_FATAL_FAILURE(open_tiers("4MiB", a, r));
+  std::uint64_t h = 0;
+  ASSERT_EQ(
+      strata_residency_register(r, 3 * mib, STRATA_BUFFER_OPTIMIZER_STATE, STRATA_NVME_HOME, &h),
+      STRATA_OK);
+  const auto where = [&] {
+    strata_tier t = STRATA_TIER_NONE;
+    EXPECT_EQ(strata_residency_where(r, h, &t), STRATA_OK);
+    return t;
+  };
+  void* p = nullptr;
+  ASSERT_EQ(strata_residency_acquire(r, h, nullptr, &p), STRATA_OK);
+  ASSERT_EQ(strata_residency_acquire(r, h, nullptr, &p), STRATA_OK);
+  wait_idle(a);
+  std::memset(p, 0x3c, 3 * mib);
+  ASSERT_EQ(strata_residency_release(r, h, nullptr), STRATA_OK);
+  EXPECT_EQ(where(), STRATA_TIER_DEVICE) << "still acquired once";
+  ASSERT_EQ(strata_residency_release(r, h, nullptr), STRATA_OK) << strata_last_error_message();
+  EXPECT_EQ(where(), STRATA_TIER_NVME);
+  const long long written = stat_of(r, "bytes_to_nvme");
+  EXPECT_GE(written, static_cast<long long>(3 * mib));
+  ASSERT_EQ(strata_residency_acquire_mode(r, h, nullptr, STRATA_READ_ONLY, &p), STRATA_OK);
+  wait_idle(a);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[0], 0x3c);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[3 * mib - 1], 0x3c);
+  ASSERT_EQ(strata_residency_release(r, h, nullptr), STRATA_OK);
+  EXPECT_EQ(where(), STRATA_TIER_NVME);
+  EXPECT_EQ(stat_of(r, "bytes_to_nvme"), written) << "an unwritten buffer goes back for free";
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+
+  ASSERT_EQ(strata_residency_create(a, "host_capacity:4MiB", &r), STRATA_OK);
+  EXPECT_EQ(strata_residency_register(r, mib, STRATA_BUFFER_OTHER, STRATA_NVME_HOME, &h),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(strata_last_error_message()).find("nvme_dir"), std::string::npos);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
   strata_allocator* a = nullptr;
   strata_residency* r = nullptr;
