@@ -258,6 +258,16 @@ def placed(nvme_dir, want_losses):
     return worst, len(kept), len(seen), stats["spills_to_nvme"]
 
 
+def bf16_backward(model, s):
+    """Forward and backward of step `s` of a bf16 model: the loss, and on
+    step 0 a copy of the gradients."""
+    x, y = batch(s)
+    loss = torch.nn.functional.cross_entropy(model(x.bfloat16()).float(), y)
+    loss.backward()
+    grads = [p.grad.clone() for p in model.parameters()] if s == 0 else None
+    return loss.item(), grads
+
+
 def bf16_reference():
     """bf16 parameters with an fp32 master copy trained by hand: Adam
     (torch.optim.Adam, foreach=False) on the masters with the bf16
@@ -268,11 +278,8 @@ def bf16_reference():
     opt = torch.optim.Adam(masters, lr=1e-3, foreach=False)
     losses, first_grads, first_masters = [], None, None
     for s in range(STEPS):
-        x, y = batch(s)
-        loss = torch.nn.functional.cross_entropy(model(x.bfloat16()).float(), y)
-        loss.backward()
-        if s == 0:
-            first_grads = [p.grad.clone() for p in model.parameters()]
+        loss, grads = bf16_backward(model, s)
+        first_grads = first_grads or grads
         for p, m in zip(model.parameters(), masters):
             m.grad = p.grad.float()
             p.grad = None
@@ -282,7 +289,7 @@ def bf16_reference():
                 p.copy_(m.to(torch.bfloat16))
         if s == 0:
             first_masters = [m.detach().clone() for m in masters]
-        losses.append(loss.item())
+        losses.append(loss)
     return losses, first_grads, first_masters
 
 
@@ -295,15 +302,12 @@ def bf16_offloaded(nvme_dir):
     losses, first_grads, first_masters = [], None, None
     try:
         for s in range(STEPS):
-            x, y = batch(s)
-            loss = torch.nn.functional.cross_entropy(model(x.bfloat16()).float(), y)
-            loss.backward()
-            if s == 0:
-                first_grads = [p.grad.clone() for p in model.parameters()]
+            loss, grads = bf16_backward(model, s)
+            first_grads = first_grads or grads
             off.step()
             if s == 0:
                 first_masters = off.parameters(master=True)
-            losses.append(loss.item())
+            losses.append(loss)
         params, masters = off.parameters(), off.parameters(master=True)
         spills = off.stats()["offload"]["spills_to_nvme"]
     finally:

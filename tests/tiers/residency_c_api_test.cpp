@@ -61,6 +61,12 @@ void open_tiers(const char* host_capacity, strata_allocator*& a, strata_residenc
   ASSERT_EQ(strata_residency_create(a, conf.c_str(), &r), STRATA_OK) << strata_last_error_message();
 }
 
+// Destroys what open_tiers made.
+void close_tiers(strata_allocator* a, strata_residency* r) {
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
   strata_allocator* a = nullptr;
   ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK)
@@ -98,8 +104,7 @@ TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
   EXPECT_GT(stat_of(r, "bytes_moved"), static_cast<long long>(8 * mib));
   for (const std::uint64_t h : handles) EXPECT_EQ(strata_residency_unregister(r, h), STRATA_OK);
   EXPECT_EQ(stat_of(r, "device_bytes") + stat_of(r, "host_bytes") + stat_of(r, "nvme_bytes"), 0);
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 // STRATA_READ_ONLY acquires: once every buffer was filled back read-only,
@@ -120,7 +125,7 @@ TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
         strata_residency_register(r, 2 * mib, STRATA_BUFFER_OPTIMIZER_STATE, policy, &handles[k]),
         STRATA_OK);
   }
-  for (int round = 0; round < 3; ++round) {
+  for (std::size_t round = 0; round < 3; ++round) {
     for (std::size_t k = 0; k < handles.size(); ++k) {
       void* p = nullptr;
       ASSERT_EQ(strata_residency_acquire(r, handles[k], nullptr, &p), STRATA_OK)
@@ -141,8 +146,7 @@ TEST(ResidencyC, HostOnlyBuffersNeverGoToNvme) {
     }
   }
   EXPECT_GT(stat_of(r, "spills_to_nvme"), 0) << "the evictable buffers made the room";
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 // A host_only buffer larger than the host tier is not streamed to NVMe
@@ -175,8 +179,7 @@ TEST(ResidencyC, AHostOnlyBufferTheHostCannotHoldStaysAndTheAcquireSaysWhy) {
   wait_idle(a);
   EXPECT_EQ(static_cast<unsigned char*>(p)[6 * mib - 1], 0x5a);
   ASSERT_EQ(strata_residency_release(r, kept, nullptr), STRATA_OK);
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 // A host_only buffer the host tier cannot take now is passed over: the
@@ -205,8 +208,7 @@ TEST(ResidencyC, AHostOnlyVictimWithNoHostRoomIsPassedOver) {
     ASSERT_EQ(strata_residency_where(r, h[k], &where), STRATA_OK);
     EXPECT_EQ(where, want[k]) << "buffer " << k;
   }
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 // STRATA_NVME_HOME: the last release writes the buffer to NVMe (nested
@@ -249,8 +251,7 @@ TEST(ResidencyC, NvmeHomeBuffersGoToNvmeAtTheirLastRelease) {
   EXPECT_EQ(strata_residency_register(r, mib, STRATA_BUFFER_OTHER, STRATA_NVME_HOME, &h),
             STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(strata_last_error_message()).find("nvme_dir"), std::string::npos);
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
@@ -290,8 +291,7 @@ TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
   EXPECT_GT(stat_of(r, "clean_spills"), 0);
   for (const std::uint64_t h : handles) EXPECT_EQ(strata_residency_unregister(r, h), STRATA_OK);
   EXPECT_EQ(stat_of(r, "nvme_kept_bytes"), 0);
-  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
-  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+  close_tiers(a, r);
 }
 
 TEST(ResidencyC, ErrorsAreClear) {
