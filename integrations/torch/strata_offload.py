@@ -19,7 +19,7 @@ time they are released, so the manager may spill them to host memory and
 NVMe, and the prefetcher fetches them back ahead of the next use, in the
 order the first step recorded. Gradients stay ordinary CPU tensors.
 
-Where each buffer may go is chosen per buffer (see _placements):
+Where each buffer may go is chosen per buffer (strata_placement.py):
 `placement` maps name patterns to a place, and `parameters` /
 `optimizer_state` give the rest by fraction, in the model's order:
 
@@ -50,11 +50,12 @@ threads autograd runs them on, one at a time.
 """
 
 import ctypes
-import fnmatch
 import json
 import os
 
 import torch
+
+from strata_placement import PlacementError, placements
 
 __all__ = ["Offload", "OffloadError", "offload"]
 
@@ -170,9 +171,12 @@ class Offload:
         for p in model.parameters():  # before anything is made
             if p.dtype not in _DTYPES:
                 raise OffloadError(f"offload needs fp32 or bf16 parameters, not {p.dtype}")
-        self._places = _placements(
-            [(n, p.numel() * 4, p.dtype != torch.float32) for n, p in model.named_parameters()],
-            placement, parameters, optimizer_state)
+        try:
+            self._places = placements(
+                [(n, p.numel() * 4, p.dtype != torch.float32) for n, p in model.named_parameters()],
+                placement, parameters, optimizer_state)
+        except PlacementError as e:
+            raise OffloadError(str(e)) from None
         self._lib = _load(library)
         self._alloc = self._res = self._fetch = self._kernels = None
         self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
@@ -487,80 +491,6 @@ class Offload:
             if getattr(self, name):
                 getattr(self._lib, fn)(getattr(self, name))
                 setattr(self, name, None)
-
-
-def _placements(params, placement, parameters, optimizer_state):
-    """The place of every buffer named by `placement`'s patterns or by the
-    fractions, as {name: place}; buffers left out are "offload".
-
-    `params` is [(name, fp32 bytes, has a master)] in the model's order;
-    each parameter has two moments, named with ".exp_avg" and ".exp_avg_sq"
-    added, and a bf16 one its fp32 master copy, ".master" (optimizer
-    state, as DeepSpeed counts it); a bf16 parameter weighs half its fp32
-    bytes.
-    `placement` maps fnmatch patterns over those names to places (a dict,
-    or pairs in order): a buffer takes its first matching pattern's place.
-    `parameters` and `optimizer_state` place the buffers no pattern
-    matched: a place for all of them, or {place: fraction} of their bytes
-    taken in the model's order (a buffer goes where its first byte falls;
-    "device" first, then "host", then "nvme", the rest "offload"). Errors
-    (OffloadError): an unknown place, a pattern that matches nothing,
-    fractions outside [0, 1] or above 1 together."""
-    buffers = []
-    for name, nbytes, has_master in params:
-        buffers.append((name, "parameters", nbytes // 2 if has_master else nbytes))
-        buffers.append((f"{name}.exp_avg", "optimizer_state", nbytes))
-        buffers.append((f"{name}.exp_avg_sq", "optimizer_state", nbytes))
-        if has_master:
-            buffers.append((f"{name}.master", "optimizer_state", nbytes))
-    places = {}
-    pairs = list(placement.items()) if isinstance(placement, dict) else list(placement or [])
-    for pattern, place in pairs:
-        _check_place(place, f"placement[{pattern!r}]")
-        matched = [n for n, _k, _b in buffers if fnmatch.fnmatchcase(n, pattern)]
-        if not matched:
-            example = buffers[0][0] if buffers else "blocks.0.weight"
-            raise OffloadError(f"placement: {pattern!r} matches no parameter or Adam state "
-                               f"(names look like {example!r}, {example + '.exp_avg'!r})")
-        for n in matched:
-            places.setdefault(n, place)
-    for kind, spec in (("parameters", parameters), ("optimizer_state", optimizer_state)):
-        fractions = _fractions(spec, kind)
-        rest = [(n, b) for n, k, b in buffers if k == kind and n not in places]
-        total = sum(b for _n, b in rest)
-        start = 0
-        for n, b in rest:
-            edge = 0.0
-            for place in ("device", "host", "nvme"):
-                edge += fractions.get(place, 0.0) * total
-                if start < edge:
-                    places[n] = place
-                    break
-            start += b
-    return places
-
-
-def _check_place(place, what):
-    if place not in _POLICY:
-        raise OffloadError(f"{what}: unknown place {place!r} (one of "
-                           f"{', '.join(repr(p) for p in _POLICY)})")
-
-
-def _fractions(spec, what):
-    """{place: fraction} from a place or a dict of fractions."""
-    if isinstance(spec, str):
-        _check_place(spec, what)
-        return {spec: 1.0}
-    if not isinstance(spec, dict):
-        raise OffloadError(f"{what}: a place or {{place: fraction}}, not {spec!r}")
-    for place, fraction in spec.items():
-        _check_place(place, what)
-        if not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-            raise OffloadError(f"{what}: the fraction for {place!r} must be in [0, 1], "
-                               f"not {fraction!r}")
-    if sum(spec.values()) > 1.0 + 1e-9:
-        raise OffloadError(f"{what}: the fractions add up to {sum(spec.values())}, above 1")
-    return dict(spec)
 
 
 def _numel(shape):

@@ -1,0 +1,200 @@
+// Eviction: which released buffer goes down a tier (victim: the oracle's
+// farthest next use, else the least recently released, as its policy
+// allows), and how it goes: device to host memory (or straight to NVMe
+// through the staging chunks when the host tier cannot hold it), host
+// memory to NVMe, and an nvme_home buffer's trip home at its last release.
+//
+// Invariant: a buffer leaves a tier only after its copy below is complete
+// (and, to NVMe, verified unless nvme_verify is off); any failure leaves it
+// where it was. Called with the manager's mutex held.
+#include <algorithm>
+#include <string>
+
+#include "pinned_host_pool.hpp"
+#include "strata/nvme_store.hpp"
+#include "strata/residency.hpp"
+
+namespace strata {
+
+std::uint64_t residency_manager::spill_order(std::uint64_t handle, const buffer& b) const {
+  return oracle_ ? oracle_(handle) : ~b.released_at;
+}
+
+residency_manager::buffer* residency_manager::victim(tier from, const std::uint64_t* limit) {
+  if (limit == nullptr && from == tier::device) limit = evict_limit_;
+  // Making room for a prefetch: only what the oracle says is needed later
+  // (without an oracle, a released buffer's next use is unknown: later).
+  if (!oracle_) limit = nullptr;
+  buffer* best = nullptr;
+  std::uint64_t best_key = 0;
+  bool best_kept = true;
+  for (auto& [handle, b] : buffers_) {
+    if (b.where != from || b.acquired > 0 || !may_leave(b.policy, from)) continue;
+    if (std::find(passed_over_.begin(), passed_over_.end(), &b) != passed_over_.end()) continue;
+    // Least recently released first, or the oracle's farthest next use;
+    // those needed within keep_within_ only when nothing else is left.
+    const std::uint64_t key = spill_order(handle, b);
+    if (limit != nullptr && key <= *limit) continue;
+    const bool kept = oracle_ && key <= keep_within_;
+    if (best == nullptr || (best_kept && !kept) || (kept == best_kept && key > best_key)) {
+      best = &b;
+      best_key = key;
+      best_kept = kept;
+    }
+  }
+  return best;
+}
+
+status residency_manager::spill_to_nvme(buffer& b) {
+  if (spill_clean(b)) return {};
+  if (nvme_ == nullptr) {
+    return {errc::out_of_memory, "residency manager: host tier full and no NVMe tier"};
+  }
+  auto extent = nvme_->write(b.host, b.bytes);  // returns once written with its checksum
+  while (!extent && extent.code() == errc::out_of_memory && drop_a_kept_extent()) {
+    extent = nvme_->write(b.host, b.bytes);
+  }
+  if (!extent) return extent.error();
+  if (verify_nvme_) {
+    if (auto read_back = nvme_->verify(*extent); !read_back) {
+      (void)nvme_->erase(*extent);  // the host copy stays the buffer's
+      return read_back;
+    }
+  }
+  host_->free(b.host);
+  b.host = nullptr;
+  b.extent = *extent;
+  moved(b, tier::nvme, stats_.spills_to_nvme);
+  return {};
+}
+
+result<void*> residency_manager::host_memory(std::size_t bytes) {
+  for (bool retired = false;;) {
+    auto p = host_->allocate(bytes);
+    if (p || p.code() != errc::out_of_memory) return p;
+    if (!retired && stats_.staging_bytes > 0) {
+      // Fills in flight hold host memory: wait for them before spilling.
+      for (auto& [handle, b] : buffers_) (void)retire(b, true);
+      retired = true;
+      continue;
+    }
+    if (drop_a_shadow()) continue;  // cheapest: the device copy stays
+    buffer* v = victim(tier::host);
+    if (v == nullptr) return p.error();
+    if (auto s = spill_to_nvme(*v); !s) return s;
+  }
+}
+
+status residency_manager::spill_to_host(buffer& b) {
+  (void)retire(b, true);
+  if (b.prefetched) {  // brought in ahead and never used: wasted
+    ++stats_.prefetch_wasted;
+    stats_.prefetch_wasted_bytes += b.bytes;
+    set_prefetched(b, false);
+  }
+  if (spill_clean(b)) return {};  // unwritten: a copy below is the buffer
+  auto host = host_memory(b.bytes);
+  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr &&
+      may_leave(b.policy, tier::host)) {
+    return stream_to_nvme(b);  // the host tier cannot hold it: straight to NVMe
+  }
+  if (!host && host.code() == errc::out_of_memory && nvme_ != nullptr) {
+    return {errc::out_of_memory, "residency manager: a host_only buffer of " +
+                                     std::to_string(b.bytes) +
+                                     " bytes finds no room in the host tier (" +
+                                     host.error().message() + ") and may not go to NVMe"};
+  }
+  if (!host) return host.error();
+  // After the work the releasing stream had queued on it.
+  if (auto s = copy(*host, b.device, b.bytes, copy_direction::device_to_host,
+                    b.has_release_event ? &b.released : nullptr);
+      !s) {
+    host_->free(*host);
+    return s;
+  }
+  (void)alloc_.try_free(b.device);
+  b.device = nullptr;
+  b.host = *host;
+  moved(b, tier::host, stats_.spills_to_host);
+  return {};
+}
+
+status residency_manager::spill_a_victim(const std::uint64_t* limit, buffer** spilled) {
+  *spilled = nullptr;
+  status passed;
+  for (;;) {
+    buffer* v = victim(tier::device, limit);
+    if (v == nullptr) break;
+    status s = spill_to_host(*v);
+    if (!s && s.code() == errc::out_of_memory && v->policy == residency_policy::host_only) {
+      passed_over_.push_back(v);  // stays on the device; another may go instead
+      passed = std::move(s);
+      continue;
+    }
+    if (s) *spilled = v;
+    passed_over_.clear();
+    return s;
+  }
+  passed_over_.clear();
+  return passed;
+}
+
+std::size_t residency_manager::spill(std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  std::size_t freed = 0;
+  while (freed < bytes) {
+    buffer* v = nullptr;
+    if (!spill_a_victim(nullptr, &v) || v == nullptr) break;
+    freed += v->bytes;
+  }
+  return freed;
+}
+
+result<void*> residency_manager::device_memory(std::size_t bytes, const std::uint64_t* limit) {
+  // The pressure handler (spill) the allocation may call keeps to `limit`.
+  const std::uint64_t* outer = evict_limit_;
+  evict_limit_ = limit;
+  struct restore {
+    const std::uint64_t*& field;
+    const std::uint64_t* value;
+    ~restore() { field = value; }
+  } restore_limit{evict_limit_, outer};
+  // A prefetch makes room first, within its limit, so that one that cannot
+  // fit is not issued quietly rather than through the allocator's OOM
+  // chain and report.
+  while (limit != nullptr) {
+    memory_info room;
+    try {
+      room = alloc_.available_memory();
+    } catch (const error& e) {
+      return e.to_status();
+    }
+    if (room.free >= bytes) break;
+    buffer* v = nullptr;
+    if (auto s = spill_a_victim(limit, &v); !s) return s;
+    if (v == nullptr) {
+      return status{errc::out_of_memory, "residency manager: no room for a prefetch"};
+    }
+  }
+  for (;;) {
+    // The allocator's pressure handler already spilled enough bytes; but
+    // freed blocks may share pages with live ones, so spill on until the
+    // request fits or nothing evictable is left.
+    auto p = alloc_.try_malloc(bytes);
+    if (p || p.code() != errc::out_of_memory) return p;
+    buffer* v = nullptr;
+    if (auto s = spill_a_victim(limit, &v); !s) return s;
+    if (v == nullptr) return p.error();
+  }
+}
+
+status residency_manager::send_home(buffer& b) {
+  if (b.where == tier::device) {
+    (void)retire(b, true);  // a finished fill's host copy becomes its shadow
+    if (!spill_clean(b)) return stream_to_nvme(b);  // after the releasing stream's work
+  }
+  if (b.where == tier::host) return spill_to_nvme(b);  // verified unless nvme_verify is off
+  return {};
+}
+
+}  // namespace strata
