@@ -40,11 +40,8 @@ static_assert(static_cast<int>(strata::reduce_op::avg) == STRATA_REDUCE_AVG);
 
 using strata::c_api::fail;
 using strata::c_api::null_output;
+using strata::c_api::slot_target;
 using strata::c_api::to_c;
-
-strata::communicator* get(strata_comm* c) {
-  return c == nullptr ? nullptr : c->impl.load(std::memory_order_acquire);
-}
 
 strata_status no_comm(strata_comm* c) {
   return fail(strata::errc::invalid_argument,
@@ -83,7 +80,7 @@ strata_status borrow_all(strata_allocator* const* allocators, int n,
 // Runs a collective call on a live handle after checking its enums.
 template <class F>
 strata_status collective(strata_comm* c, const strata_dtype& type, F&& call) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   if (impl == nullptr) return no_comm(c);
   auto t = strata::c_api::dtype_of(type);
   if (!t) return fail(t.error());
@@ -165,7 +162,7 @@ strata_status strata_comm_create_nccl_from_env(strata_allocator* allocator, stra
 
 strata_status strata_comm_destroy(strata_comm* c) {
   if (c == nullptr) return no_comm(c);
-  if (c->users.load(std::memory_order_acquire) != 0 && get(c) != nullptr) {
+  if (c->users.load(std::memory_order_acquire) != 0 && slot_target(c) != nullptr) {
     return fail(strata::errc::invalid_argument,
                 "the communicator is still used by gradient buckets or a prefetcher: destroy "
                 "them first");
@@ -178,7 +175,7 @@ strata_status strata_comm_destroy(strata_comm* c) {
 }
 
 strata_status strata_comm_rank(strata_comm* c, int* rank) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   if (impl == nullptr) return no_comm(c);
   if (rank == nullptr) return null_output();
   *rank = impl->rank();
@@ -186,7 +183,7 @@ strata_status strata_comm_rank(strata_comm* c, int* rank) {
 }
 
 strata_status strata_comm_size(strata_comm* c, int* size) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   if (impl == nullptr) return no_comm(c);
   if (size == nullptr) return null_output();
   *size = impl->size();
@@ -227,17 +224,17 @@ strata_status strata_comm_broadcast(strata_comm* c, const void* send, void* recv
 }
 
 strata_status strata_comm_group_start(strata_comm* c) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   return impl != nullptr ? to_c(impl->group_start()) : no_comm(c);
 }
 
 strata_status strata_comm_group_end(strata_comm* c) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   return impl != nullptr ? to_c(impl->group_end()) : no_comm(c);
 }
 
 strata_status strata_comm_register(strata_comm* c, void* ptr, size_t bytes, uint64_t* handle) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   if (impl == nullptr) return no_comm(c);
   if (handle == nullptr) return null_output();
   auto h = impl->register_buffer(ptr, bytes);
@@ -247,12 +244,12 @@ strata_status strata_comm_register(strata_comm* c, void* ptr, size_t bytes, uint
 }
 
 strata_status strata_comm_deregister(strata_comm* c, uint64_t handle) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   return impl != nullptr ? to_c(impl->deregister_buffer(handle)) : no_comm(c);
 }
 
 strata_status strata_comm_async_error(strata_comm* c) {
-  strata::communicator* impl = get(c);
+  strata::communicator* impl = slot_target(c);
   return impl != nullptr ? to_c(impl->async_error()) : no_comm(c);
 }
 

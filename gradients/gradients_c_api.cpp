@@ -17,11 +17,8 @@ namespace {
 
 using strata::c_api::fail;
 using strata::c_api::null_output;
+using strata::c_api::slot_target;
 using strata::c_api::to_c;
-
-strata::gradient_buckets* get(strata_gradient_buckets* b) {
-  return b == nullptr ? nullptr : b->impl.load(std::memory_order_acquire);
-}
 
 strata_status no_buckets(strata_gradient_buckets* b) {
   return fail(strata::errc::invalid_argument, b == nullptr ? "null gradient buckets handle"
@@ -81,7 +78,7 @@ strata_status strata_gradient_buckets_destroy(strata_gradient_buckets* b) {
 }
 
 strata_status strata_gradient_buckets_grad(strata_gradient_buckets* b, size_t p, void** out) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   if (impl == nullptr) return no_buckets(b);
   if (out == nullptr) return null_output();
   void* g = impl->grad(p);
@@ -91,31 +88,31 @@ strata_status strata_gradient_buckets_grad(strata_gradient_buckets* b, size_t p,
 }
 
 strata_status strata_gradient_buckets_zero(strata_gradient_buckets* b, void* stream) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   return impl != nullptr ? to_c(impl->zero(strata::stream_handle{stream})) : no_buckets(b);
 }
 
 strata_status strata_gradient_buckets_mark_ready(strata_gradient_buckets* b, size_t p,
                                                  void* producer) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   return impl != nullptr ? to_c(impl->mark_ready(p, strata::stream_handle{producer}))
                          : no_buckets(b);
 }
 
 strata_status strata_gradient_buckets_finish(strata_gradient_buckets* b, void* consumer) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   return impl != nullptr ? to_c(impl->finish(strata::stream_handle{consumer})) : no_buckets(b);
 }
 
 strata_status strata_gradient_buckets_no_sync(strata_gradient_buckets* b, int on) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   if (impl == nullptr) return no_buckets(b);
   impl->no_sync(on != 0);
   return STRATA_OK;
 }
 
 strata_status strata_gradient_buckets_stats_json(strata_gradient_buckets* b, char** out) {
-  strata::gradient_buckets* impl = get(b);
+  strata::gradient_buckets* impl = slot_target(b);
   if (impl == nullptr) return no_buckets(b);
   const strata::gradient_buckets::counters c = impl->stats();
   const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };

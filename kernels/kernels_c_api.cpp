@@ -34,11 +34,8 @@ result<dtype> dtype_of(const strata_dtype& type) {
 namespace {
 
 using strata::c_api::fail;
+using strata::c_api::slot_target;
 using strata::c_api::to_c;
-
-strata_kernels::state* state_of(strata_kernels* k) {
-  return k == nullptr ? nullptr : k->impl.load(std::memory_order_acquire);
-}
 
 strata_status no_handle(strata_kernels* k) {
   return fail(strata::errc::invalid_argument,
@@ -78,7 +75,7 @@ bool known(const strata_dtype& t) {
 // Runs `f(state&)` for a live handle; `async` needs the stream kernels.
 template <class F>
 strata_status with(strata_kernels* k, bool async, F&& f) {
-  strata_kernels::state* s = state_of(k);
+  strata_kernels::state* s = slot_target(k);
   if (s == nullptr) return no_handle(k);
   if (async && s->streams == nullptr) {
     return fail(strata::errc::invalid_argument,

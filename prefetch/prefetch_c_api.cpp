@@ -20,11 +20,8 @@ namespace {
 
 using strata::c_api::fail;
 using strata::c_api::null_output;
+using strata::c_api::slot_target;
 using strata::c_api::to_c;
-
-strata::prefetcher* get(strata_prefetcher* p) {
-  return p == nullptr ? nullptr : p->impl.load(std::memory_order_acquire);
-}
 
 strata_status no_prefetcher(strata_prefetcher* p) {
   return fail(strata::errc::invalid_argument,
@@ -72,12 +69,12 @@ strata_status strata_prefetcher_destroy(strata_prefetcher* p) {
 }
 
 strata_status strata_prefetcher_begin_step(strata_prefetcher* p) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   return impl != nullptr ? to_c(impl->begin_step()) : no_prefetcher(p);
 }
 
 strata_status strata_prefetcher_end_step(strata_prefetcher* p) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   return impl != nullptr ? to_c(impl->end_step()) : no_prefetcher(p);
 }
 
@@ -88,7 +85,7 @@ strata_status strata_prefetcher_acquire(strata_prefetcher* p, uint64_t handle, v
 
 strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, uint64_t handle, void* stream,
                                              strata_access_mode mode, void** out) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   if (impl == nullptr) return no_prefetcher(p);
   if (out == nullptr) return null_output();
   auto m = strata::c_api::access_mode_of(mode);
@@ -100,19 +97,19 @@ strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, uint64_t hand
 }
 
 strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, void* stream) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   return impl != nullptr ? to_c(impl->release(handle, stream)) : no_prefetcher(p);
 }
 
 strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   return impl != nullptr ? to_c(impl->prefetch(handle)) : no_prefetcher(p);
 }
 
 strata_status strata_prefetcher_add_sharded(strata_prefetcher* p, uint64_t handle,
                                             strata_comm* comm, void* comm_stream,
                                             strata_dtype type) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   if (impl == nullptr) return no_prefetcher(p);
   auto t = strata::c_api::dtype_of(type);
   if (!t) return fail(t.error());
@@ -128,7 +125,7 @@ strata_status strata_prefetcher_add_sharded(strata_prefetcher* p, uint64_t handl
 }
 
 strata_status strata_prefetcher_stats_json(strata_prefetcher* p, char** out) {
-  auto* impl = get(p);
+  auto* impl = slot_target(p);
   if (impl == nullptr) return no_prefetcher(p);
   return strata::c_api::copy_out(strata::prefetcher::to_map(impl->stats()), out);
 }

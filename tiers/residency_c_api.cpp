@@ -47,11 +47,8 @@ static_assert(static_cast<int>(strata::tier::nvme) == STRATA_TIER_NVME &&
 
 using strata::c_api::fail;
 using strata::c_api::null_output;
+using strata::c_api::slot_target;
 using strata::c_api::to_c;
-
-strata::residency_manager* get(strata_residency* r) {
-  return r == nullptr ? nullptr : r->impl.load(std::memory_order_acquire);
-}
 
 strata_status no_manager(strata_residency* r) {
   return fail(strata::errc::invalid_argument, r == nullptr ? "null residency manager handle"
@@ -87,7 +84,7 @@ strata_status strata_residency_create(strata_allocator* allocator, const char* c
 
 strata_status strata_residency_destroy(strata_residency* r) {
   if (r == nullptr) return no_manager(r);
-  if (r->users.load(std::memory_order_acquire) != 0 && get(r) != nullptr) {
+  if (r->users.load(std::memory_order_acquire) != 0 && slot_target(r) != nullptr) {
     return fail(strata::errc::invalid_argument,
                 "the residency manager still has a prefetcher: destroy it first");
   }
@@ -100,7 +97,7 @@ strata_status strata_residency_destroy(strata_residency* r) {
 
 strata_status strata_residency_register(strata_residency* r, size_t bytes, strata_buffer_kind kind,
                                         strata_residency_policy policy, uint64_t* handle) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   if (impl == nullptr) return no_manager(r);
   if (handle == nullptr) return null_output();
   const auto k = strata::c_api::enum_value(kind);
@@ -125,7 +122,7 @@ strata_status strata_residency_acquire(strata_residency* r, uint64_t handle, voi
 
 strata_status strata_residency_acquire_mode(strata_residency* r, uint64_t handle, void* stream,
                                             strata_access_mode mode, void** out) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   if (impl == nullptr) return no_manager(r);
   if (out == nullptr) return null_output();
   auto m = strata::c_api::access_mode_of(mode);
@@ -137,17 +134,17 @@ strata_status strata_residency_acquire_mode(strata_residency* r, uint64_t handle
 }
 
 strata_status strata_residency_release(strata_residency* r, uint64_t handle, void* stream) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   return impl != nullptr ? to_c(impl->release(handle, stream)) : no_manager(r);
 }
 
 strata_status strata_residency_unregister(strata_residency* r, uint64_t handle) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   return impl != nullptr ? to_c(impl->unregister(handle)) : no_manager(r);
 }
 
 strata_status strata_residency_where(strata_residency* r, uint64_t handle, strata_tier* out) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   if (impl == nullptr) return no_manager(r);
   if (out == nullptr) return null_output();
   auto t = impl->where(handle);
@@ -157,7 +154,7 @@ strata_status strata_residency_where(strata_residency* r, uint64_t handle, strat
 }
 
 strata_status strata_residency_stats_json(strata_residency* r, char** out) {
-  auto* impl = get(r);
+  auto* impl = slot_target(r);
   if (impl == nullptr) return no_manager(r);
   return strata::c_api::copy_out(strata::residency_manager::to_map(impl->stats()), out);
 }

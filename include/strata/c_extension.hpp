@@ -10,6 +10,7 @@
 // error is per thread.
 #pragma once
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -30,6 +31,13 @@ Slot* new_slot() {
   static std::deque<Slot> slots;
   std::lock_guard lock(mu);
   return &slots.emplace_back();
+}
+
+/// What the handle `slot` names now (the slot's atomic `impl`); null for a
+/// null handle or one whose object was destroyed.
+template <class Slot>
+auto slot_target(Slot* slot) {
+  return slot == nullptr ? nullptr : slot->impl.load(std::memory_order_acquire);
 }
 
 /// The integer a C caller passed for an enum parameter. C lets any int
