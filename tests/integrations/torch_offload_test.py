@@ -178,9 +178,7 @@ def corrupted(nvme_dir):
         for s in range(3):
             if s == 2:
                 overwrite_nvme_files(nvme_dir)
-            x, y = batch(s)
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            off.step()
+            train_step(model, off, s)
         return None
     except strata_offload.OffloadError as e:
         return str(e)
@@ -195,9 +193,7 @@ def too_small(nvme_dir):
     model = Model()
     off = offload(model, nvme_dir, capacity="5MiB")
     try:
-        x, y = batch(0)
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        off.step()
+        train_step(model, off, 0)
         return None
     except strata_offload.OffloadError as e:
         return str(e)

@@ -1,7 +1,6 @@
 #include "plan/step_ranks.hpp"
 
 #include <algorithm>
-#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
