@@ -372,6 +372,15 @@ result<void*> residency_manager::acquire(std::uint64_t handle, void* stream, acc
     --b.acquired;
     return s;
   }
+  // Work another stream queued before the last release (a write this
+  // stream must read after, or a read a write here must not overtake)
+  // comes first. Same stream: one compare.
+  if (b.has_release_event && b.released_on != *consumer) {
+    if (auto s = alloc_.dev().stream_wait_event(*consumer, b.released); !s) {
+      --b.acquired;
+      return s;
+    }
+  }
   if (mode == access_mode::read_write) mark_written(b);
   return b.device;
 }
@@ -395,6 +404,7 @@ status residency_manager::release(std::uint64_t handle, void* stream) {
     b.has_release_event = true;
   }
   if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
+  b.released_on = stream_handle{stream};
   --b.acquired;
   b.released_at = ++tick_;
   if (b.acquired == 0 && b.policy == residency_policy::nvme_home) return send_home(b);

@@ -4,7 +4,8 @@
 //   register_buffer(bytes, kind, policy) -> handle (no storage yet)
 //   acquire(handle, stream) -> a device pointer valid on `stream`, filled
 //       back from host or NVMe if the buffer was spilled (first acquire:
-//       fresh device memory, contents undefined)
+//       fresh device memory, contents undefined), ordered after the work
+//       queued before the last release when that was on another stream
 //   release(handle, stream) -> evictable once `stream` has done the work
 //       queued before the release
 //   unregister(handle)
@@ -163,10 +164,11 @@ class STRATA_API residency_manager {
   result<std::uint64_t> register_buffer(std::size_t bytes, buffer_kind kind,
                                         residency_policy policy);
   /// The buffer on the device, valid for work queued on `stream` from now
-  /// on (see above). `mode`: whether the work may write it (see
-  /// access_mode). Errors: invalid_argument (unknown handle, a stream the
-  /// device does not know), out_of_memory (nothing left to spill), io_error
-  /// and device errors from a fill (the buffer stays where it was).
+  /// on (see above); if it was last released on another stream, `stream`
+  /// first waits for the work queued there before that release. `mode`: whether the work may write
+  /// it (see access_mode). Errors: invalid_argument (unknown handle, a stream the device does not
+  /// know), out_of_memory (nothing left to spill), io_error and device errors from a fill (the
+  /// buffer stays where it was).
   result<void*> acquire(std::uint64_t handle, void* stream,
                         access_mode mode = access_mode::read_write);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
@@ -280,6 +282,7 @@ class STRATA_API residency_manager {
     std::uint64_t extent = 0;
     std::uint64_t released_at = 0;  // tick of the last release
     event_handle released{};        // recorded on the releasing stream
+    stream_handle released_on{};    // that stream
     void* staging = nullptr;        // host memory of a fill in flight
     event_handle filled{};          // recorded on the fill stream after a fill
     void* shadow = nullptr;         // on the device and clean: the host copy it came from

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -234,6 +236,39 @@ TEST(Residency, FillsAreStreamOrdered) {
   EXPECT_EQ(pr.seen, md.bytes[0]) << "work after acquire on its stream saw other bytes";
   ASSERT_TRUE(s.manager->release(md.handles[0], s.streams[1].native).ok());
   EXPECT_EQ(s.manager->stats().staging_bytes, 0u) << "the fill's host memory was kept";
+}
+
+// An acquire on another stream than the last release's is ordered after
+// the work queued before that release: a read on stream 1 sees the bytes
+// stream 0 writes, though stream 0 is held back until the read was
+// queued and had time to run.
+TEST(Residency, AcquiresOnAnotherStreamFollowTheLastReleasesWork) {
+  auto s = make("sim:capacity=8MiB", small_tiers(false));
+  ASSERT_TRUE(s.manager);
+  device& dev = s.alloc->dev();
+  auto h = s.manager->register_buffer(mib, buffer_kind::parameter, residency_policy::evictable);
+  ASSERT_TRUE(h.ok());
+  auto p = s.manager->acquire(*h, s.streams[0].native);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(dev.memset_async(*p, 0, mib, s.streams[0]).ok());
+  ASSERT_TRUE(dev.synchronize().ok());
+  std::atomic<bool> go{false};
+  const host_fn hold = [](void* arg) {
+    while (!static_cast<std::atomic<bool>*>(arg)->load()) std::this_thread::yield();
+  };
+  ASSERT_TRUE(dev.launch_host_fn(s.streams[0], hold, &go).ok());
+  ASSERT_TRUE(dev.memset_async(*p, 0xAB, mib, s.streams[0]).ok());
+  ASSERT_TRUE(s.manager->release(*h, s.streams[0].native).ok());
+  auto q = s.manager->acquire(*h, s.streams[1].native, access_mode::read_only);
+  ASSERT_TRUE(q.ok());
+  std::vector<unsigned char> seen(mib);
+  ASSERT_TRUE(
+      dev.copy_async(seen.data(), *q, mib, copy_direction::device_to_host, s.streams[1]).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  go = true;
+  ASSERT_TRUE(dev.synchronize().ok());
+  EXPECT_EQ(seen, std::vector<unsigned char>(mib, 0xAB)) << "the read overtook the write";
+  ASSERT_TRUE(s.manager->release(*h, s.streams[1].native).ok());
 }
 
 // Buffers acquired read_only keep the host copy they were filled from: a
