@@ -82,8 +82,15 @@ status prefetcher::end_step() {
     }
     // The next step starts at the order's start: its first fills are
     // issued now, while the caller waits for this step's last kernels.
+    // Its gathers wait for begin_step: the shards may be updated in
+    // between (the optimizer step), so a full buffer gathered now, or kept
+    // from this step, could be stale.
     follow = order_ != nullptr;
     if (follow) order_->rewind();
+  }
+  {
+    std::lock_guard walk(walk_mu_);
+    if (auto s = shards_->reshard_held(); !s) return s;
   }
   if (installed) {
     // From now on the order decides what is spilled: the furthest next use
@@ -97,7 +104,7 @@ status prefetcher::end_step() {
   }
   if (follow) {
     std::lock_guard walk(walk_mu_);
-    schedule();
+    schedule(false);
   }
   return {};
 }
@@ -199,7 +206,7 @@ status prefetcher::prefetch(std::uint64_t handle) {
   return {};
 }
 
-void prefetcher::schedule() {
+void prefetcher::schedule(bool gather) {
   if (prefetch_bytes_ == 0) return;  // prefetch off
   // The accesses ahead that start within the lookahead, copied out so that
   // the manager is called without the order's lock.
@@ -257,7 +264,7 @@ void prefetcher::schedule() {
     stats_.no_room += no_room;
     stats_.over_budget += stopped ? 1 : 0;
   }
-  if (!shards_->empty()) gather_ahead(window);
+  if (gather && !shards_->empty()) gather_ahead(window);
 }
 
 void prefetcher::gather_ahead(const std::vector<ahead>& window) {

@@ -131,12 +131,26 @@ status shard_gathers::release(std::uint64_t handle, stream_handle stream, bool k
     }
   }
   if (--p.acquired > 0 || keep) return {};
+  return reshard(p);
+}
+
+status shard_gathers::reshard(sharded& p) {
+  set_ahead(p, false);
   const std::uint64_t full = p.shard_bytes * static_cast<std::uint64_t>(p.comm->size());
   void* buffer = p.full;
   p.full = nullptr;
   c_.gathered_bytes -= full;
   ++c_.reshards;
   return alloc_.try_free_async(buffer, p.stream.native);
+}
+
+status shard_gathers::reshard_held() {
+  status first;
+  for (auto& [handle, p] : params_) {
+    if (p.full == nullptr || p.acquired > 0) continue;
+    if (auto s = reshard(p); !s && first.ok()) first = std::move(s);
+  }
+  return first;
 }
 
 }  // namespace strata

@@ -75,6 +75,12 @@ class shard_gathers {
   // invalid_argument (not acquired).
   status release(std::uint64_t handle, stream_handle stream, bool keep);
 
+  // Frees every full buffer held and not acquired (gathered ahead, or
+  // kept after its last release) in stream order: at a step's end, before
+  // the shards may be updated. Errors: the allocator's (the others are
+  // still freed).
+  status reshard_held();
+
   struct counters {
     std::uint64_t gathers = 0;          // all-gathers queued
     std::uint64_t gathers_ahead = 0;    // of those, queued before the acquire
@@ -97,6 +103,8 @@ class shard_gathers {
     bool ahead = false;  // gathered ahead, not acquired since
   };
   void set_ahead(sharded& p, bool on);
+  // Frees p's full buffer (held, not acquired) after its streams' work.
+  status reshard(sharded& p);
 
   residency_manager& buffers_;
   allocator& alloc_;

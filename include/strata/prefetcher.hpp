@@ -44,7 +44,10 @@
 // of sharded parameters in the same order, from one thread (or ordered
 // between its threads). At its last release a full buffer is freed in
 // stream order (resharded), unless the order needs it again within
-// `reuse_distance` bytes: then it is kept for that use.
+// `reuse_distance` bytes: then it is kept for that use, within the step.
+// end_step frees every full buffer held and leaves the next step's gathers
+// to begin_step: the shards may be updated in between (the optimizer
+// step), and a full buffer from before would be stale.
 //
 // Thread safety: every member may be called concurrently. acquire and
 // release call the residency manager with no prefetcher lock held; one
@@ -164,8 +167,9 @@ class STRATA_API prefetcher {
 
  private:
   prefetcher(residency_manager& buffers, const offload_options& options);
-  // Fetches ahead from the cursor (see above). Needs walk_mu_.
-  void schedule();
+  // Fetches ahead from the cursor (see above); `gather`: sharded
+  // parameters' gathers too. Needs walk_mu_.
+  void schedule(bool gather = true);
   struct ahead {
     std::uint64_t handle;
     std::uint64_t distance;  // bytes of accesses before it, from the cursor

@@ -1,10 +1,10 @@
 // Sharded parameters on 2, 4 and 8 `local` ranks (sim devices, one thread
-// per rank): every acquire returns the whole parameter, equal to the
-// original, while each rank's shards are pushed to the host between steps
-// and fetched back; from the second step the gathers go out ahead of the
-// acquires; a full buffer the order needs again within reuse_distance is
-// kept, the others are resharded; and the mistakes are refused. ctest runs
-// it with the static TLS the host pool needs (GLIBC_TUNABLES).
+// per rank): every acquire returns the whole parameter, equal to its
+// values after the last update, while each rank's shards are updated and
+// pushed to the host between steps and fetched back; from the second step the gathers go out ahead
+// of the acquires; a full buffer the order needs again within reuse_distance is kept, the others
+// are resharded; and the mistakes are refused. ctest runs it with the static TLS the host pool
+// needs (GLIBC_TUNABLES).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -103,9 +103,19 @@ struct sharded_job {
     }
   }
 
+  // Parameter p's values in step s: the original plus s (every step's
+  // optimizer update adds 1).
+  [[nodiscard]] std::vector<float> expected(std::size_t p, int s) const {
+    std::vector<float> v = originals[p];
+    for (float& x : v) x += static_cast<float>(s);
+    return v;
+  }
+
   // Rank r's step: forward 0..P-1, backward P-1..0, every parameter checked
-  // against its original; then every released shard is pushed off the
-  // device, so the next step fetches them all back.
+  // against its values; then the update (each shard written through the
+  // residency manager on the compute stream, as an optimizer step would),
+  // and every released shard is pushed off the device, so the next step
+  // fetches them all back.
   void step(int r, int s) {
     rank_state& st = at[static_cast<std::size_t>(r)];
     const stream_handle compute = ranks.stream(r);
@@ -115,11 +125,23 @@ struct sharded_job {
       auto full = st.fetch->acquire(st.shards[p], compute.native, access_mode::read_only);
       ASSERT_TRUE(full.ok()) << full.error().to_string();
       ASSERT_TRUE(ranks.dev(r).synchronize_stream(compute).ok());
-      ASSERT_TRUE(same_bytes(*full, originals[p].data(), full_floats * sizeof(float)))
+      ASSERT_TRUE(same_bytes(*full, expected(p, s).data(), full_floats * sizeof(float)))
           << "rank " << r << " step " << s << " parameter " << p << " (seed " << seed << ")";
       ASSERT_TRUE(st.fetch->release(st.shards[p], compute.native).ok());
     }
     ASSERT_TRUE(st.fetch->end_step().ok());
+    const std::size_t per = full_floats / static_cast<std::size_t>(ranks.size());
+    for (std::size_t p = 0; p < params; ++p) {
+      const std::vector<float> next = expected(p, s + 1);
+      auto d = st.manager->acquire(st.shards[p], compute.native);
+      ASSERT_TRUE(d.ok()) << d.error().to_string();
+      ASSERT_TRUE(ranks.dev(r)
+                      .copy_async(*d, next.data() + static_cast<std::size_t>(r) * per,
+                                  per * sizeof(float), copy_direction::host_to_device, compute)
+                      .ok());
+      ASSERT_TRUE(st.manager->release(st.shards[p], compute.native).ok());
+      ASSERT_TRUE(ranks.dev(r).synchronize_stream(compute).ok());  // `next` goes out of scope
+    }
     ASSERT_TRUE(ranks.dev(r).synchronize_stream(st.comm_stream).ok());
     st.manager->spill(SIZE_MAX);
   }
@@ -146,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ShardedFetch,
                                   kind_name(std::get<1>(info.param));
                          });
 
-TEST_P(ShardedFetch, GatheredAheadOfUseTheParametersEqualTheOriginals) {
+TEST_P(ShardedFetch, GatheredAheadOfUseTheParametersEqualTheirUpdatedValues) {
   const auto [n, kind] = GetParam();
   if (kind == comm_kind::nccl && !nccl_expected()) {
     GTEST_SKIP() << "test skipped: the nccl cases run over the stand-in NCCL (ctest fakenccl.*)";
@@ -160,16 +182,14 @@ TEST_P(ShardedFetch, GatheredAheadOfUseTheParametersEqualTheOriginals) {
     EXPECT_GT(moved.fills_from_host, 0U) << "the shards came back from the host";
     EXPECT_GT(c.gathers_ahead, 0U) << "rank " << r << ": no gather was queued ahead";
     // Once the order is known (steps 2 to 4), a parameter needed again at
-    // once (next use 0 <= reuse_distance 0) is kept, not gathered again:
-    // the last forward one at the turn (3 times), and the last backward
-    // one, parameter 0, which opens the next step (2 times, and it is still
-    // held after step 4).
-    // step 4's end_step also gathers step 5's parameters 1 and 2 ahead
-    // (prefetch_bytes: two full parameters), so three are held at the end.
-    EXPECT_EQ(c.gathers_reused, 5U);
-    EXPECT_EQ(c.gathers + c.gathers_reused, params * 8 + 2) << "one gather per other use";
-    EXPECT_EQ(c.reshards, c.gathers - 3) << "every other full buffer was freed again";
-    EXPECT_EQ(c.gathered_bytes, 3 * full_floats * sizeof(float));
+    // once (next use 0 <= reuse_distance 0) is kept within the step, not
+    // gathered again: the last forward one at the turn, 3 times. Parameter
+    // 0, the last backward one, opens the next step, but end_step frees it
+    // (the update would make it stale), and nothing is held at the end.
+    EXPECT_EQ(c.gathers_reused, 3U);
+    EXPECT_EQ(c.gathers + c.gathers_reused, params * 8) << "one gather per other use";
+    EXPECT_EQ(c.reshards, c.gathers) << "every full buffer was freed again";
+    EXPECT_EQ(c.gathered_bytes, 0U);
     EXPECT_EQ(c.gather_failures, 0U);
     EXPECT_TRUE(job.ranks.comm(r).async_error().ok());
   }
@@ -182,12 +202,13 @@ TEST(ShardedFetch, FullBuffersNeededWithinTheReuseDistanceAreKept) {
   const prefetcher::counters c = job.at[0].fetch->stats();
   // Steps 2 and 3 follow the order. Released in forward, parameters 4 and
   // 5 are needed again within 3 full parameters (2 and 0 away; 3 is 4
-  // away); released in backward, 1 and 0 are (2 and 0 away, at the next
-  // step's start). Step 1 has no order: nothing is kept.
-  EXPECT_EQ(c.gathers_reused, 2U + 4U);
-  // Plus 2 and 3 gathered ahead for step 4 (0 and 1 are kept).
-  EXPECT_EQ(c.gathers + c.gathers_reused, params * 6 + 2);
-  EXPECT_EQ(c.gathered_bytes, 4 * full_floats * sizeof(float));
+  // away), and are kept. Released in backward, 1 and 0 would be too (2 and
+  // 0 away, at the next step's start), but end_step frees them: the update
+  // between steps would make them stale. Step 1 has no order: nothing is
+  // kept.
+  EXPECT_EQ(c.gathers_reused, 2U + 2U);
+  EXPECT_EQ(c.gathers + c.gathers_reused, params * 6);
+  EXPECT_EQ(c.gathered_bytes, 0U);
   EXPECT_TRUE(job.ranks.comm(1).async_error().ok());
 }
 
