@@ -63,7 +63,7 @@ bool overlaps_any(const std::map<std::uintptr_t, std::size_t>& ranges, std::uint
 }  // namespace
 
 result<std::unique_ptr<sim_device>> sim_device::create(const sim_config& config) {
-  auto memory = sim_memory::create(config.capacity, config.granularity);
+  auto memory = sim_memory::create(config.capacity, config.granularity, config.data != "none");
   if (!memory) return memory.error();
   return std::unique_ptr<sim_device>(new sim_device(config, std::move(*memory)));
 }
@@ -222,6 +222,13 @@ yes_no sim_device::do_query_event(event_handle event) {
   if (!e) return e.error();
   auto mark = (*e)->latest();
   if (mark == nullptr) return yes_no{true};
+  if (timing_only()) {
+    // Modeled time decides, not how far the stream's thread has got: done
+    // when the event's time is not after the host's. The thread is waited
+    // for (it takes no real time) so that the answer does not depend on
+    // scheduling: the same run gives the same times.
+    return yes_no{mark->wait() <= host_clock_.load(std::memory_order_acquire)};
+  }
   if (!mark->done()) return yes_no{false};
   host_reached(mark->at());
   return yes_no{true};
@@ -361,7 +368,11 @@ status sim_device::do_launch_timed_host_fn(stream_handle stream, timed_host_fn f
 
 result<void*> sim_device::do_host_alloc(std::size_t bytes) {
   if (auto s = count_call(sim_fault::host_alloc, "host_alloc"); !s) return s;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Timing only: the memory is address space that copies never touch, so
+  // it is not counted against the system's commit limit (a plan's host
+  // tier may be larger than this machine's memory).
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (timing_only() ? MAP_NORESERVE : 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (p == MAP_FAILED) {
     return status{errc::out_of_memory,
                   "host_alloc: cannot allocate " + format_bytes(bytes) + " of host memory"};

@@ -35,9 +35,9 @@ std::string range_text(std::uintptr_t va, std::size_t bytes) {
 }  // namespace
 
 result<std::unique_ptr<sim_memory>> sim_memory::create(std::size_t capacity,
-                                                       std::size_t granularity) {
-  const int fd = memfd_create("strata-sim-device", MFD_CLOEXEC);
-  if (fd < 0) return sys_error("memfd_create");
+                                                       std::size_t granularity, bool backed) {
+  const int fd = backed ? memfd_create("strata-sim-device", MFD_CLOEXEC) : -1;
+  if (backed && fd < 0) return sys_error("memfd_create");
   return std::unique_ptr<sim_memory>(new sim_memory(fd, capacity, granularity));
 }
 
@@ -48,7 +48,7 @@ sim_memory::~sim_memory() {
   for (const auto& [base, r] : reservations_) {
     munmap(reinterpret_cast<void*>(base), r.bytes);
   }
-  close(fd_);
+  if (fd_ >= 0) close(fd_);
 }
 
 memory_info sim_memory::info() {
@@ -103,7 +103,7 @@ result<page_run> sim_memory::create_pages(std::size_t bytes) {
                       format_bytes(capacity_ - used_) + " of " + format_bytes(capacity_)};
   }
   const std::uint64_t offset = *slices_.take(bytes);  // no limit: always a slice
-  if (offset + bytes > file_size_) {
+  if (fd_ >= 0 && offset + bytes > file_size_) {
     if (ftruncate(fd_, static_cast<off_t>(slices_.end())) != 0) {
       slices_.give(offset, bytes);  // beyond the file: handed out again only after a grow
       return sys_error("ftruncate");
@@ -149,9 +149,11 @@ status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run, std::
   if (hits_next || hits_prev) {
     return invalid("map: " + range_text(va, bytes) + " overlaps an existing mapping");
   }
-  void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_,
-                 static_cast<off_t>(rit->second.file_offset + offset));
-  if (p == MAP_FAILED) return sys_error("mmap");
+  if (fd_ >= 0) {
+    void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_,
+                   static_cast<off_t>(rit->second.file_offset + offset));
+    if (p == MAP_FAILED) return sys_error("mmap");
+  }
   r->mappings.emplace(va, mapping{bytes, run.id, false});
   ++rit->second.mappings;
   return {};
@@ -166,9 +168,11 @@ status sim_memory::unmap(std::uintptr_t va, std::size_t bytes) {
     return invalid("unmap: " + range_text(va, bytes) +
                    " does not consist of whole earlier mappings");
   }
-  void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  if (p == MAP_FAILED) return sys_error("mmap");
+  if (fd_ >= 0) {
+    void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (p == MAP_FAILED) return sys_error("mmap");
+  }
   for (auto it = first; it != last; ++it) drop_mapping_ref(it->second.run);
   r->mappings.erase(first, last);
   return {};
@@ -183,7 +187,7 @@ status sim_memory::set_access(std::uintptr_t va, std::size_t bytes) {
     return invalid("set_access: " + range_text(va, bytes) +
                    " does not consist of whole mappings (the sim device requires it)");
   }
-  if (mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
+  if (fd_ >= 0 && mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
     return sys_error("mprotect");
   }
   for (auto it = first; it != last; ++it) it->second.accessible = true;
@@ -245,8 +249,10 @@ void sim_memory::drop_mapping_ref(std::uint64_t run_id) {
 
 void sim_memory::free_slice(std::uint64_t offset, std::size_t bytes) {
   // Best effort: a failed punch only keeps host memory committed.
-  fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-            static_cast<off_t>(bytes));
+  if (fd_ >= 0) {
+    fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+              static_cast<off_t>(bytes));
+  }
   used_ -= bytes;
   slices_.give(offset, bytes);
 }

@@ -13,7 +13,8 @@
 //   - mappings inside one reservation never overlap; each counts once in its
 //     run's `mappings`.
 //   - free slices of the memfd never overlap and are coalesced (extent_space).
-// Cost: every call takes `mu_` and does at most a few system calls.
+// Cost: every call takes `mu_` and does at most a few system calls (none
+// on a timing-only device but reserve and free_reservation).
 //
 // Thread safety: every member may be called concurrently.
 #pragma once
@@ -32,8 +33,12 @@ namespace strata {
 
 class sim_memory {
  public:
-  /// Creates the memfd. Errors: device_error when memfd_create fails.
-  static result<std::unique_ptr<sim_memory>> create(std::size_t capacity, std::size_t granularity);
+  /// Creates the memfd; not `backed` (a timing-only device): none, and
+  /// pages, mappings and access are bookkeeping only, with no system call
+  /// (the reservations stay PROT_NONE: touching device memory faults).
+  /// Errors: device_error when memfd_create fails.
+  static result<std::unique_ptr<sim_memory>> create(std::size_t capacity, std::size_t granularity,
+                                                    bool backed = true);
   sim_memory(const sim_memory&) = delete;
   sim_memory& operator=(const sim_memory&) = delete;
   sim_memory(sim_memory&&) = delete;

@@ -376,7 +376,8 @@ TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
   ASSERT_TRUE(ranks.dev(0).timing_only());
   const std::size_t n = 1 << 18;
   float* x[2] = {ranks.alloc<float>(0, n), ranks.alloc<float>(1, n)};
-  for (float* p : x) std::fill_n(p, n, 1.0F);  // mapped memory; the device keeps no bytes
+  // A timing-only device's memory has no backing (touching it faults), so
+  // a collective that moved a byte would crash the test.
   // Rank 1 computes for 3 ms first: the collective starts when it arrives.
   ASSERT_TRUE(ranks.dev(1).queue_modeled_kernel(ranks.stream(1), 3e9, 0).ok());
   for (int r = 0; r < 2; ++r) {
@@ -390,8 +391,6 @@ TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
     ASSERT_TRUE(clock.ok());
     EXPECT_NEAR(*clock, 3e-3 + link, 1e-12) << "rank " << r;
   }
-  EXPECT_EQ(x[0][0], 1.0F) << "nothing was summed";
-  EXPECT_EQ(x[1][n - 1], 1.0F);
   // A mismatch is still a mismatch.
   ASSERT_TRUE(
       ranks.comm(0).all_reduce(x[0], x[0], n, dtype::f32, reduce_op::sum, ranks.stream(0)).ok());

@@ -306,6 +306,8 @@ TEST(GradientBuckets, AStepRunsOnTimingOnlyDevices) {
   bucket_options o = small_buckets(false);
   o.reduce_type = dtype::bf16;
   o.rebuild = false;  // a rebuild's copies would move nothing either: the views would read 0
+  // The devices' memory has no backing (touching it faults): a reduction
+  // or a cast that moved a byte would crash the test.
   rank_set ranks(2, {}, "sim:capacity=256MiB,data=none");
   const std::vector<gradient_param> params = model_params();
   std::vector<std::unique_ptr<gradient_buckets>> b;
@@ -316,7 +318,6 @@ TEST(GradientBuckets, AStepRunsOnTimingOnlyDevices) {
   }
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(b[r]->zero(ranks.stream(r)).ok());
-    std::fill_n(static_cast<float*>(b[r]->grad(0)), params[0].count, 3.0F);
     for (std::size_t p = params.size(); p-- > 0;) {
       ASSERT_TRUE(b[r]->mark_ready(p, ranks.stream(r)).ok());
     }
@@ -324,7 +325,6 @@ TEST(GradientBuckets, AStepRunsOnTimingOnlyDevices) {
   }
   ranks.sync_all();
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(static_cast<float*>(b[r]->grad(0))[0], 3.0F) << "nothing was reduced or cast";
     EXPECT_EQ(b[r]->stats().reductions, b[r]->buckets().size());
     EXPECT_TRUE(ranks.comm(r).async_error().ok());
   }
