@@ -146,6 +146,17 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
          seconds(t.compute) + " + exposed collectives " + seconds(t.exposed_collectives) + " (of " +
          seconds(t.collectives) + ") + exposed offload " + seconds(t.exposed_transfers) + " (of " +
          seconds(t.transfers) + ")\n";
+  if (t.params.gathers > 0) {
+    out +=
+        "  ZeRO-3's parameters through Strata's prefetcher: " + std::to_string(t.params.gathers) +
+        " all-gathers a step, " + std::to_string(t.params.gathers_ahead) + " ahead of use, " +
+        std::to_string(t.params.gathers_reused) + " kept for the next use";
+    if (p.setup.params == offload_to::host) {
+      out += "; " + format_bytes(t.params.bytes_from_host) + " of shards filled from host memory";
+    }
+    out += "\n";
+  }
+  if (!t.conf.empty()) out += "  The step time assumes STRATA_CONF=" + t.conf + "\n";
   if (!m.fits) {
     if (fixes.empty()) {
       out +=
@@ -185,7 +196,17 @@ std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
   time.dbl("total", p.time.total())
       .dbl("compute", p.time.compute)
       .dbl("exposed_collectives", p.time.exposed_collectives)
-      .dbl("exposed_offload", p.time.exposed_transfers);
+      .dbl("exposed_offload", p.time.exposed_transfers)
+      .str("strata_conf", p.time.conf);
+  if (p.time.params.gathers > 0) {
+    json_object params;
+    params.num("gathers", p.time.params.gathers)
+        .num("gathers_ahead", p.time.params.gathers_ahead)
+        .num("gathers_reused", p.time.params.gathers_reused)
+        .num("bytes_from_host", p.time.params.bytes_from_host)
+        .num("late_fills", p.time.params.late_fills);
+    time.raw("parameters", params.text());
+  }
   std::string list;
   for (const fix& f : fixes) {
     json_object one;

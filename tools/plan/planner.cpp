@@ -68,7 +68,14 @@ result<plan_result> make_plan(const plan_setup& s) {
   auto memory = run_step(s, make_step_schedule(s));
   if (!memory) return memory.error();
   p.memory = *memory;
-  auto time = simulate_step_time(s);
+  // What the rest of the step leaves ZeRO-3's parameters at its peak: the
+  // room their shards are cached in and their gathers run ahead into.
+  const std::uint64_t rest =
+      p.memory.peak_reserved -
+      std::min(p.memory.peak_reserved,
+               p.memory.by_category[static_cast<std::size_t>(category::parameters)] +
+                   p.memory.by_category[static_cast<std::size_t>(category::collective_buffers)]);
+  auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest));
   if (!time) return time.error();
   p.time = *time;
   p.states = sum_model_states(s);

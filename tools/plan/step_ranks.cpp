@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "plan/sharded_params.hpp"
 #include "strata/communicator.hpp"
 #include "strata/gradient_buckets.hpp"
 #include "strata/strata.hpp"
@@ -89,15 +90,33 @@ double take_host_time(void* arg, double start) {
   return start + *static_cast<const double*>(arg);
 }
 
+// ZeRO-3's parameters go through the residency manager and the prefetcher
+// (sharded_params), unless they live on NVMe.
+bool through_prefetcher(const plan_setup& s) {
+  return s.zero == 3 && s.params != offload_to::nvme;
+}
+
+// Each unit's shard, in bytes.
+std::vector<std::size_t> shard_bytes(const step_shape& z) {
+  std::vector<std::size_t> bytes;
+  bytes.reserve(z.forward.size());
+  for (const unit& u : z.forward) bytes.push_back(u.shard * static_cast<std::size_t>(z.element));
+  return bytes;
+}
+
 // One rank's step: queues everything, then waits for its streams.
 class rank_step {
  public:
-  rank_step(const plan_setup& s, const step_shape& z, device& dev, void* buffer,
+  rank_step(const plan_setup& s, const step_shape& z, allocator& alloc, void* buffer,
             communicator* group, communicator* replicas)
-      : s_(s), z_(z), dev_(dev), buffer_(buffer), group_(group), replicas_(replicas) {
+      : s_(s), z_(z), dev_(alloc.dev()), buffer_(buffer), group_(group), replicas_(replicas) {
     for (stream_handle* h : {&compute_, &comm_, &copy_}) *h = make_stream();
     for (event_handle* e : {&ready_, &done_, &reduced_, &copied_}) *e = make_event();
     if (s.zero == 0 && group != nullptr) make_buckets();
+    if (through_prefetcher(s)) {
+      params_ = std::make_unique<sharded_params>(alloc, group, comm_, shard_bytes(z), z.type,
+                                                 s.params == offload_to::host);
+    }
   }
   rank_step(const rank_step&) = delete;
   rank_step& operator=(const rank_step&) = delete;
@@ -105,14 +124,47 @@ class rank_step {
   rank_step& operator=(rank_step&&) = delete;
   ~rank_step() {
     buckets_.reset();  // waits for its reductions
+    params_.reset();
     (void)dev_.synchronize();
     for (stream_handle h : {compute_, comm_, copy_}) (void)dev_.destroy_stream(h);
     for (event_handle e : {ready_, done_, reduced_, copied_}) (void)dev_.destroy_event(e);
   }
 
-  // Queues the step and returns its modeled end.
-  double run() {
+  // Runs `warmup` steps, then one more, and returns that one's modeled
+  // seconds: from the end of the step before it (every stream done) to its
+  // own end. Steps are separated by a device synchronize (as a loop that
+  // reads the loss), and the prefetcher's first fetches of a step are
+  // issued before it.
+  step_run run(int warmup) {
+    double start = 0;
+    prefetcher::counters before{};
+    for (int k = 0; k <= warmup; ++k) {
+      if (k == warmup) {
+        start = clock();
+        if (params_) before = params_->stats();
+      }
+      step();
+    }
+    step_run r{clock() - start, {}, {}};
+    if (params_) {
+      const prefetcher::counters after = params_->stats();
+      r.params = {after.gathers - before.gathers, after.gathers_ahead - before.gathers_ahead,
+                  after.gathers_reused - before.gathers_reused, after.step_bytes_from_host,
+                  after.late_fills - before.late_fills};
+    }
+    return r;
+  }
+
+ private:
+  double clock() {
+    auto c = dev_.modeled_clock();
+    if (!c) throw error(c.error());
+    return *c;
+  }
+
+  void step() {
     std::vector<unit> backward(z_.forward.rbegin(), z_.forward.rend());
+    if (params_) params_->begin_step();
     if (buckets_) check(buckets_->zero(compute_));
     for (std::uint64_t micro = 0; micro < s_.grad_accum; ++micro) {
       const bool last = micro + 1 == s_.grad_accum;
@@ -133,13 +185,10 @@ class rank_step {
     if (s_.zero == 1 || s_.zero == 2) {  // the updated parameters, to every rank
       for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
     }
+    if (params_) params_->end_step();
     check(dev_.synchronize());
-    auto clock = dev_.modeled_clock();
-    if (!clock) throw error(clock.error());
-    return *clock;
   }
 
- private:
   stream_handle make_stream() {
     auto h = dev_.create_stream();
     if (!h) throw error(h.error());
@@ -203,16 +252,18 @@ class rank_step {
     check(dev_.record_event(ready_, comm_));
   }
 
-  // One pass over `units`: each unit's parameters fetched one unit ahead
-  // (the next fetch waits for the unit before the current one to finish,
-  // so two units' gathered parameters are live at most), its kernels, and
-  // in backward its gradients reduced.
+  // One pass over `units`: each unit's parameters (ZeRO-3: acquired
+  // through the prefetcher, which gathers ahead; parameters on NVMe:
+  // fetched one unit ahead here, the next fetch waiting for the unit
+  // before the current one, so two units' parameters are live at most),
+  // its kernels, and in backward its gradients reduced.
   void pass(const std::vector<unit>& units, bool backward, bool last_micro) {
-    const bool sharded = s_.zero == 3;
+    const bool sharded = s_.zero == 3 && !params_;
     const stream_handle fetch_stream = s_.params != offload_to::none ? copy_ : comm_;
     if (sharded) fetch(units[0]);
     for (std::size_t i = 0; i < units.size(); ++i) {
       const unit& u = units[i];
+      if (params_) params_->acquire(u.index, compute_);
       if (sharded) {
         wait(compute_, ready_);
         if (i + 1 < units.size()) {
@@ -223,6 +274,7 @@ class rank_step {
       if (backward && s_.checkpointing && u.layer) kernel(u.forward_flops);  // recompute
       kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops);
       check(dev_.record_event(done_, compute_));
+      if (params_) params_->release(u.index, compute_);
       if (backward) reduce(u, last_micro);
     }
   }
@@ -270,7 +322,8 @@ class rank_step {
   event_handle ready_{}, done_{}, reduced_{}, copied_{};
   static constexpr std::size_t no_bucket = ~std::size_t{0};
   std::unique_ptr<gradient_buckets> buckets_;
-  std::vector<std::size_t> bucket_of_;  // unit index -> its gradient's index
+  std::unique_ptr<sharded_params> params_;  // ZeRO-3, parameters not on NVMe
+  std::vector<std::size_t> bucket_of_;      // unit index -> its gradient's index
   unsigned char host_ = 0;
 };
 
@@ -292,22 +345,60 @@ std::uint64_t buffer_bytes(const step_shape& z) {
   return elements * static_cast<std::uint64_t>(z.element);
 }
 
+// Steps before the one measured: the first records the prefetcher's order
+// and the gradient buckets' ready order, the second follows the order and
+// lays the buckets out anew; from the third every step is the same.
+constexpr int warmup_steps = 2;
+
+std::uint64_t round_up(std::uint64_t bytes, std::uint64_t to) {
+  return (bytes + to - 1) / to * to;
+}
+
+// ZeRO-3's parameters through sharded_params: the room the rest of the
+// step leaves them (`room`), or, when that is less, what they need: the
+// shards pinned on the device (offloaded: two units' shards, the one being
+// gathered and the next, filled ahead) and two units' full buffers.
+std::uint64_t parameter_bytes(const plan_setup& s, const step_shape& z, std::uint64_t room,
+                              std::uint64_t granularity) {
+  if (!through_prefetcher(s)) return 0;
+  std::uint64_t shards = 0;
+  std::uint64_t largest_shard = 0;
+  std::uint64_t largest_full = 0;
+  for (const unit& u : z.forward) {
+    const auto bytes = static_cast<std::uint64_t>(static_cast<double>(u.shard) * z.element);
+    shards += round_up(bytes, granularity);
+    largest_shard = std::max(largest_shard, round_up(bytes, granularity));
+    largest_full = std::max(largest_full, round_up(bytes * z.ranks, granularity));
+  }
+  const std::uint64_t pinned = s.params == offload_to::none ? shards : 2 * largest_shard;
+  return std::max(pinned + 2 * largest_full + granularity, room / granularity * granularity);
+}
+
 }  // namespace
 
-result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
+result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
+                                std::uint64_t parameter_room) {
   const step_shape z = shape_of(s, parts);
   constexpr std::uint64_t granularity = 2ULL << 20;
-  const std::uint64_t buffer = (buffer_bytes(z) + granularity - 1) / granularity * granularity;
+  const std::uint64_t buffer = round_up(buffer_bytes(z), granularity);
   const hardware_rates& r = s.rates;
   const double rate = r.tflops / (s.dtype == precision::fp32 ? 8.0 : 1.0);
   const double pcie = parts.transfers ? r.pcie_gbps : 0;
   allocator_options o;
-  const std::uint64_t gradients =
-      (gradient_bytes(s, z) + granularity - 1) / granularity * granularity;
-  o.device = "sim:capacity=" + format_byte_option(buffer + gradients + granularity) +
+  const std::uint64_t gradients = round_up(gradient_bytes(s, z), granularity);
+  const std::uint64_t usable = s.gpu_memory - std::min(s.gpu_memory, s.context_memory);
+  const std::uint64_t params = parameter_bytes(s, z, std::min(parameter_room, usable), granularity);
+  // DDP's gradient buffer twice: the buckets lay it out anew in the
+  // observed ready order once, at the second step, and copy it over.
+  o.device = "sim:capacity=" + format_byte_option(buffer + 2 * gradients + params + granularity) +
              ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
              ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie);
   o.log_ooms = false;
+  // Least waiting: a request grows the device's memory while there is
+  // room, and waits for pending frees only when the device is full (the
+  // setting the plan prints), so the room the step leaves bounds how far
+  // gathers run ahead of the compute.
+  o.wait_before_grow = false;
   const auto gpus = static_cast<std::size_t>(s.gpus);
   std::vector<std::unique_ptr<allocator>> allocs;
   std::vector<void*> buffers;
@@ -357,14 +448,14 @@ result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
     }
   }
 
-  std::vector<double> ends(gpus, 0);
+  std::vector<step_run> ends(gpus);
   std::vector<status> failures(gpus);
   std::vector<std::thread> threads;
   for (std::size_t g = 0; g < gpus; ++g) {
     threads.emplace_back([&, g] {
       try {
-        rank_step step(s, z, allocs[g]->dev(), buffers[g], groups[g].get(), replicas[g].get());
-        ends[g] = step.run();
+        rank_step step(s, z, *allocs[g], buffers[g], groups[g].get(), replicas[g].get());
+        ends[g] = step.run(warmup_steps);
       } catch (const error& e) {
         failures[g] = e.to_status();
       }
@@ -377,7 +468,14 @@ result<double> run_step_ranks(const plan_setup& s, timed_parts parts) {
   groups.clear();
   replicas.clear();
   for (std::size_t g = 0; g < gpus; ++g) allocs[g]->free(buffers[g]);
-  return *std::max_element(ends.begin(), ends.end());
+  step_run slowest = ends[0];
+  for (const step_run& e : ends) slowest.seconds = std::max(slowest.seconds, e.seconds);
+  if (through_prefetcher(s)) {
+    const offload_options p = plan_prefetch_options(shard_bytes(z), z.ranks);
+    slowest.conf = "wait_before_grow:false,prefetch_bytes:" + format_byte_option(p.prefetch_bytes) +
+                   ",device_lookahead:" + format_byte_option(p.device_lookahead);
+  }
+  return slowest;
 }
 
 }  // namespace strata::plan

@@ -17,6 +17,9 @@
 // run concurrently.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "plan/plan_setup.hpp"
 #include "strata/error.hpp"
 
@@ -30,8 +33,38 @@ struct timed_parts {
   bool transfers = true;    ///< offload: PCIe copies, CPU Adam, NVMe
 };
 
-/// The step's modeled seconds: the latest rank's clock once every stream
-/// has finished. Errors: the device's and the communicator's.
-result<double> run_step_ranks(const plan_setup& s, timed_parts parts);
+/// What ZeRO-3's parameters did in the measured step on rank 0, from the
+/// prefetcher's and the residency manager's counters (all 0 otherwise).
+struct parameter_traffic {
+  std::uint64_t gathers = 0;          ///< all-gathers queued
+  std::uint64_t gathers_ahead = 0;    ///< of those, before their acquire
+  std::uint64_t gathers_reused = 0;   ///< acquires served by a kept full buffer
+  std::uint64_t bytes_from_host = 0;  ///< shards filled host -> device
+  std::uint64_t late_fills = 0;       ///< fills the acquiring stream waited for
+};
+
+struct step_run {
+  double seconds = 0;  ///< the slowest rank's
+  parameter_traffic params;
+  /// The STRATA_CONF settings the run used that differ from the defaults
+  /// (ZeRO-3 through the prefetcher), empty otherwise.
+  std::string conf;
+};
+
+/// Runs two warm-up steps and one more, and returns that one's modeled
+/// seconds on the slowest rank, from the end of the step before (every
+/// stream done) to its own end: the first step records the prefetcher's
+/// order and the gradient buckets' ready order, the second lays the
+/// buckets out anew, and the third is what every later step is.
+///
+/// Under ZeRO-3 the parameters go through the residency manager and the
+/// prefetcher (sharded_params.hpp), on devices with the room they need at
+/// least, or `parameter_room` bytes (what the rest of the step leaves free
+/// at its peak; the default: the GPU's usable memory) when that is more:
+/// offloaded shards stay cached there until the gathers need the memory.
+/// The allocators run with wait_before_grow:false. Errors: the device's,
+/// the communicator's, the manager's and the prefetcher's.
+result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
+                                std::uint64_t parameter_room = ~std::uint64_t{0});
 
 }  // namespace strata::plan

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "plan/plan_setup.hpp"
+#include "plan/step_ranks.hpp"
 #include "strata/error.hpp"
 
 namespace strata::plan {
@@ -24,12 +25,17 @@ struct step_time {
   double exposed_transfers = 0;    ///< offload transfers and the host optimizer not hidden
   double collectives = 0;          ///< all collective time, hidden or not
   double transfers = 0;            ///< all offload time, hidden or not
+  /// ZeRO-3: what the parameters' gathers and fills did in the full run.
+  parameter_traffic params;
+  std::string conf;  ///< STRATA_CONF the step assumes beyond the defaults (step_run)
   /// The whole step: the latest GPU's modeled clock (adding time to a part
   /// never shortens the step, so the parts sum to it).
   [[nodiscard]] double total() const { return compute + exposed_collectives + exposed_transfers; }
 };
 
-/// Errors: the devices' and the communicator's (run_step_ranks).
-result<step_time> simulate_step_time(const plan_setup& s);
+/// `parameter_room`: the device bytes the rest of the step leaves ZeRO-3's
+/// parameters (run_step_ranks). Errors: run_step_ranks'.
+result<step_time> simulate_step_time(const plan_setup& s,
+                                     std::uint64_t parameter_room = ~std::uint64_t{0});
 
 }  // namespace strata::plan

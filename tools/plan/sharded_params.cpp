@@ -1,0 +1,86 @@
+#include "plan/sharded_params.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "strata/strata.hpp"
+
+namespace strata::plan {
+
+namespace {
+
+void check(const status& s) {
+  if (!s) throw error(s);
+}
+
+template <typename T>
+T take(result<T> r) {
+  if (!r) throw error(r.error());
+  return std::move(*r);
+}
+
+}  // namespace
+
+offload_options plan_prefetch_options(const std::vector<std::size_t>& shard_bytes,
+                                      std::uint64_t ranks) {
+  std::uint64_t largest = 1;
+  std::uint64_t smallest = ~std::uint64_t{0};
+  for (const std::size_t b : shard_bytes) {
+    largest = std::max<std::uint64_t>(largest, b * ranks);
+    smallest = std::min<std::uint64_t>(smallest, std::max<std::uint64_t>(b * ranks, 1));
+  }
+  constexpr std::uint64_t mib = 1ULL << 20;  // whole MiB: readable in STRATA_CONF
+  offload_options o;
+  o.prefetch_bytes = (largest + mib - 1) / mib * mib;
+  o.device_lookahead = smallest >= mib ? smallest / mib * mib : smallest;
+  return o;
+}
+
+sharded_params::sharded_params(allocator& alloc, communicator* group, stream_handle comm_stream,
+                               const std::vector<std::size_t>& shard_bytes, dtype type,
+                               bool offloaded) {
+  const std::uint64_t ranks = group != nullptr ? static_cast<std::uint64_t>(group->size()) : 1;
+  const offload_options o = plan_prefetch_options(shard_bytes, ranks);
+  manager_ = take(residency_manager::create(alloc, o));
+  fetch_ = take(prefetcher::create(*manager_, o));
+  const residency_policy policy =
+      offloaded ? residency_policy::host_only : residency_policy::pinned_on_device;
+  for (const std::size_t bytes : shard_bytes) {
+    const std::uint64_t h = take(
+        manager_->register_buffer(std::max<std::size_t>(bytes, 1), buffer_kind::parameter, policy));
+    handles_.push_back(h);
+    // The shard's bytes (a timing-only device stores none): written once,
+    // on the device; offloaded, they are spilled to the host below.
+    take(manager_->acquire(h, comm_stream.native));
+    check(manager_->release(h, comm_stream.native));
+    if (group != nullptr) check(fetch_->add_sharded(h, *group, comm_stream, type));
+  }
+  if (offloaded) manager_->spill(SIZE_MAX);
+}
+
+sharded_params::~sharded_params() {
+  fetch_.reset();
+  for (const std::uint64_t h : handles_) (void)manager_->unregister(h);
+}
+
+void sharded_params::begin_step() {
+  check(fetch_->begin_step());
+}
+
+void sharded_params::end_step() {
+  check(fetch_->end_step());
+}
+
+void sharded_params::acquire(std::size_t u, stream_handle stream) {
+  take(fetch_->acquire(handles_.at(u), stream.native, access_mode::read_only));
+}
+
+void sharded_params::release(std::size_t u, stream_handle stream) {
+  check(fetch_->release(handles_.at(u), stream.native));
+}
+
+prefetcher::counters sharded_params::stats() {
+  return fetch_->stats();
+}
+
+}  // namespace strata::plan
