@@ -142,6 +142,13 @@ result<double> device::modeled_clock() {
   return do_modeled_clock();
 }
 
+status device::advance_modeled_clock(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) {
+    return invalid("advance_modeled_clock: the time must be finite and not negative");
+  }
+  return do_advance_modeled_clock(seconds);
+}
+
 status device::queue_modeled_kernel(stream_handle stream, double flops, double bytes) {
   if (!std::isfinite(flops) || !std::isfinite(bytes) || flops < 0 || bytes < 0) {
     return invalid("queue_modeled_kernel: FLOPs and bytes must be finite and not negative");
@@ -165,6 +172,10 @@ status no_modeled_time(const std::string& device_name) {
 }  // namespace
 
 result<double> device::do_modeled_clock() {
+  return no_modeled_time(name());
+}
+
+status device::do_advance_modeled_clock(double /*seconds*/) {
   return no_modeled_time(name());
 }
 

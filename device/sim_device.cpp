@@ -227,7 +227,7 @@ yes_no sim_device::do_query_event(event_handle event) {
     // when the event's time is not after the host's. The thread is waited
     // for (it takes no real time) so that the answer does not depend on
     // scheduling: the same run gives the same times.
-    return yes_no{mark->wait() <= host_clock_.load(std::memory_order_acquire)};
+    return yes_no{mark->wait() <= not_before()};
   }
   if (!mark->done()) return yes_no{false};
   host_reached(mark->at());
@@ -332,19 +332,52 @@ status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t b
   return {};
 }
 
+namespace {
+
+// Each host thread's modeled clock per timing-only device it used, by the
+// device's serial (never reused): a few entries, searched linearly; an
+// entry stays for the thread's life (16 bytes).
+struct thread_clock {
+  std::uint64_t device;
+  double seconds;
+};
+thread_local std::vector<thread_clock> thread_clocks;
+
+std::atomic<std::uint64_t> next_serial{1};
+
+double& clock_of(std::uint64_t device) {
+  for (thread_clock& c : thread_clocks) {
+    if (c.device == device) return c.seconds;
+  }
+  thread_clocks.push_back({device, 0.0});
+  return thread_clocks.back().seconds;
+}
+
+}  // namespace
+
 double sim_device::not_before() const {
-  return host_clock_.load(std::memory_order_acquire);
+  return timing_only() ? clock_of(serial_) : 0.0;
 }
 
 void sim_device::host_reached(double t) {
-  double now = host_clock_.load(std::memory_order_acquire);
-  while (now < t && !host_clock_.compare_exchange_weak(now, t, std::memory_order_acq_rel)) {
-  }
+  if (!timing_only()) return;
+  double& now = clock_of(serial_);
+  now = std::max(now, t);
+}
+
+std::uint64_t sim_device::new_serial() {
+  return next_serial.fetch_add(1, std::memory_order_relaxed);
 }
 
 result<double> sim_device::do_modeled_clock() {
   if (!timing_only()) return device::do_modeled_clock();
   return not_before();
+}
+
+status sim_device::do_advance_modeled_clock(double seconds) {
+  if (!timing_only()) return device::do_advance_modeled_clock(seconds);
+  host_reached(seconds);
+  return {};
 }
 
 status sim_device::do_queue_modeled_kernel(stream_handle stream, double flops, double bytes) {

@@ -83,14 +83,17 @@ class sim_device final : public device {
   status do_launch_kernel(stream_handle stream, kernel_handle kernel, launch_shape shape,
                           void** params) override;
   result<double> do_modeled_clock() override;
+  status do_advance_modeled_clock(double seconds) override;
   status do_queue_modeled_kernel(stream_handle stream, double flops, double bytes) override;
   status do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg) override;
 
-  // The modeled time work queued now starts no earlier than: the host's
-  // clock on a timing-only device (0 otherwise: it stays 0).
+  // The modeled time work queued now starts no earlier than: the calling
+  // thread's clock on a timing-only device (0 otherwise).
   [[nodiscard]] double not_before() const;
-  // Moves the host's clock up to `t` (a wait saw work end at `t`).
+  // Moves the calling thread's clock up to `t` (a wait saw work end at
+  // `t`); nothing on a device with data.
   void host_reached(double t);
+  static std::uint64_t new_serial();
 
   // The stream behind a handle; invalid_argument for an unknown one.
   result<std::shared_ptr<sim_stream>> find_stream(stream_handle stream, const char* what);
@@ -104,7 +107,9 @@ class sim_device final : public device {
   std::unique_ptr<sim_memory> memory_;
   std::array<std::atomic<std::uint64_t>, sim_fault_count> calls_{};
   std::array<std::atomic<std::uint64_t>, sim_fault_count> fail_at_{};
-  std::atomic<double> host_clock_{0};  // modeled seconds; only grows
+  // Timing only: names this device's entry in each host thread's clocks
+  // (modeled seconds; each only grows).
+  std::uint64_t serial_ = new_serial();
 
   std::mutex mu_;  // guards the maps below
   std::shared_ptr<sim_stream> default_stream_;

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -46,7 +47,7 @@ sim_memory::sim_memory(int fd, std::size_t capacity, std::size_t granularity)
 
 sim_memory::~sim_memory() {
   for (const auto& [base, r] : reservations_) {
-    munmap(reinterpret_cast<void*>(base), r.bytes);
+    if (fd_ >= 0) munmap(reinterpret_cast<void*>(base), r.bytes);
   }
   if (fd_ >= 0) close(fd_);
 }
@@ -61,6 +62,7 @@ result<std::uintptr_t> sim_memory::reserve(std::size_t bytes, std::size_t alignm
     return status{errc::out_of_memory,
                   "sim device: cannot reserve " + format_bytes(bytes) + " of address space"};
   }
+  if (fd_ < 0) return reserve_unbacked(bytes, alignment);
   const std::size_t padded = bytes + alignment;
   void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
@@ -79,6 +81,23 @@ result<std::uintptr_t> sim_memory::reserve(std::size_t bytes, std::size_t alignm
   return base;
 }
 
+result<std::uintptr_t> sim_memory::reserve_unbacked(std::size_t bytes, std::size_t alignment) {
+  // Addresses from 2^58 up: above every user mapping (x86-64 and AArch64
+  // user space ends below 2^57), so no host pointer can equal one, and
+  // touching one faults. Shared by every timing-only device, never reused.
+  static std::atomic<std::uintptr_t> next{std::uintptr_t{1} << 58};
+  std::uintptr_t base = next.load(std::memory_order_relaxed);
+  std::uintptr_t end = 0;
+  do {
+    const std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
+    end = aligned + bytes;
+  } while (!next.compare_exchange_weak(base, end, std::memory_order_relaxed));
+  base = (base + alignment - 1) & ~(alignment - 1);
+  std::lock_guard lock(mu_);
+  reservations_[base].bytes = bytes;
+  return base;
+}
+
 status sim_memory::free_reservation(std::uintptr_t base, std::size_t bytes) {
   std::lock_guard lock(mu_);
   auto it = reservations_.find(base);
@@ -90,7 +109,7 @@ status sim_memory::free_reservation(std::uintptr_t base, std::size_t bytes) {
     return invalid("free_reservation: " + range_text(base, bytes) + " still has " +
                    std::to_string(it->second.mappings.size()) + " mapping(s); unmap them first");
   }
-  if (munmap(reinterpret_cast<void*>(base), bytes) != 0) return sys_error("munmap");
+  if (fd_ >= 0 && munmap(reinterpret_cast<void*>(base), bytes) != 0) return sys_error("munmap");
   reservations_.erase(it);
   return {};
 }

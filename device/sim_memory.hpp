@@ -14,7 +14,7 @@
 //     run's `mappings`.
 //   - free slices of the memfd never overlap and are coalesced (extent_space).
 // Cost: every call takes `mu_` and does at most a few system calls (none
-// on a timing-only device but reserve and free_reservation).
+// on a timing-only device).
 //
 // Thread safety: every member may be called concurrently.
 #pragma once
@@ -34,8 +34,9 @@ namespace strata {
 class sim_memory {
  public:
   /// Creates the memfd; not `backed` (a timing-only device): none, and
-  /// pages, mappings and access are bookkeeping only, with no system call
-  /// (the reservations stay PROT_NONE: touching device memory faults).
+  /// reservations, pages, mappings and access are bookkeeping only, with
+  /// no system call (reservations are addresses above every user mapping:
+  /// touching device memory faults, and its size costs no address space).
   /// Errors: device_error when memfd_create fails.
   static result<std::unique_ptr<sim_memory>> create(std::size_t capacity, std::size_t granularity,
                                                     bool backed = true);
@@ -77,6 +78,9 @@ class sim_memory {
 
   sim_memory(int fd, std::size_t capacity, std::size_t granularity);
 
+  // A timing-only device's reservation: address space no host mapping
+  // has, not mapped at all.
+  result<std::uintptr_t> reserve_unbacked(std::size_t bytes, std::size_t alignment);
   reservation* find_reservation(std::uintptr_t va, std::size_t bytes);
   // The mappings that exactly tile [va, va+bytes), or end() when they do not.
   static std::pair<mapping_iter, mapping_iter> whole_mappings(reservation& r, std::uintptr_t va,

@@ -218,14 +218,23 @@ class STRATA_API device {
   //
   // A timing-only device (`timing_only()`) keeps modeled time instead of
   // sleeping it (docs/device.md, "Modeled time"): each stream has a clock,
-  // the time its finished work ends at; work starts at the later of its
-  // stream's clock and the host's clock when it was queued; waits on a
-  // stream or an event (synchronize_*, a query that says done) move the
-  // host's clock up to what they waited for. Every other device answers
+  // the time its finished work ends at, and so has each host thread; work
+  // starts at the later of its stream's clock and the queuing thread's
+  // clock; waits on a stream or an event (synchronize_*) move the waiting
+  // thread's clock up to what they waited for; a query says done when the
+  // event's time is not after the thread's. Every other device answers
   // these calls with not_supported.
 
-  /// The host's modeled clock, in seconds since the device was opened.
+  /// The calling thread's modeled clock, in seconds since the device was
+  /// opened (0 for a thread that has not waited for anything yet).
   result<double> modeled_clock();
+
+  /// Moves the calling thread's modeled clock up to `seconds` (if it is
+  /// behind): for a layer that hands work to another thread, which must
+  /// start no earlier than the hand-off, or whose thread waited for
+  /// something outside the device (the NVMe tier's modeled I/O). Errors:
+  /// invalid_argument (negative or not finite), not_supported.
+  status advance_modeled_clock(double seconds);
 
   /// Queues a kernel's modeled cost on `stream`: the stream is busy for the
   /// longer of `flops` at the device's compute rate and `bytes` at its
@@ -291,6 +300,7 @@ class STRATA_API device {
 
   /// Modeled time: by default not_supported (a device without it).
   virtual result<double> do_modeled_clock();
+  virtual status do_advance_modeled_clock(double seconds);
   virtual status do_queue_modeled_kernel(stream_handle stream, double flops, double bytes);
   virtual status do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg);
 
