@@ -35,7 +35,7 @@ constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_va
           .doc = doc};
 }
 
-const std::array<spec, 29> table{{
+const std::array<spec, 31> table{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
@@ -141,6 +141,19 @@ const std::array<spec, 29> table{{
           "without a write, write host buffers to NVMe in the background, so that pushing them "
           "off the host later writes nothing ([tiers.md](tiers.md))"),
      [](allocator_options& o) -> option_field { return &o.offload.nvme_write_behind; }},
+    {flag("nvme_model",
+          "offload tiers, on a timing-only device (`sim:...,data=none`, `strata plan`): model "
+          "the NVMe tier instead of opening a file: extents are accounted, no byte is written, "
+          "and each request takes its bytes at `nvme_model_gbps` on the calling thread's "
+          "modeled clock, one request at a time ([tiers.md](tiers.md)); `nvme_dir` is not "
+          "used, and `nvme_write_behind` must be off"),
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_model; }},
+    {{.name = "nvme_model_gbps",
+      .kind = value_kind::number,
+      .high = 1e6,
+      .doc = "offload tiers: the modeled NVMe tier's rate for reads and writes alike, GB/s "
+             "(10^9 bytes a second); 0: instant"},
+     [](allocator_options& o) -> option_field { return &o.offload.nvme_model_gbps; }},
     {bytes("prefetch_bytes", 0, no_max,
            "prefetcher: the most device bytes in prefetch fills in flight plus buffers "
            "prefetched and not yet acquired ([prefetch.md](prefetch.md)); `0` turns prefetch "

@@ -86,6 +86,22 @@ result<std::unique_ptr<nvme_store>> nvme_store::open(const offload_options& opti
   return store;
 }
 
+std::unique_ptr<nvme_store> nvme_store::open_modeled(const offload_options& options, device& dev) {
+  constexpr std::size_t block = 4096;
+  std::unique_ptr<nvme_store> store(new nvme_store(options, -1, true, block, nullptr));
+  store->modeled_ = &dev;
+  return store;
+}
+
+status nvme_store::modeled_move(std::size_t bytes) {
+  auto now = modeled_->modeled_clock();
+  if (!now) return now.error();
+  const double rate = options_.nvme_model_gbps * 1e9;
+  const double start = std::max(*now, modeled_end_);
+  modeled_end_ = start + (rate > 0 ? static_cast<double>(space_.rounded(bytes)) / rate : 0.0);
+  return modeled_->advance_modeled_clock(modeled_end_);
+}
+
 nvme_store::nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
                        io_faults* faults)
     : options_(options),
@@ -98,7 +114,7 @@ nvme_store::nvme_store(const offload_options& options, int fd, bool tmpfile, std
 nvme_store::~nvme_store() {
   if (ring_ != nullptr) io_uring_queue_exit(ring_.get());
   std::free(bounce_);  // NOLINT(cppcoreguidelines-no-malloc): aligned_alloc'ed
-  ::close(fd_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 unsigned char* nvme_store::bounce(std::size_t slot) {
@@ -124,6 +140,7 @@ status nvme_store::fail(io_kind kind, std::uint64_t offset, std::size_t length, 
 }
 
 status nvme_store::reserve_file(std::uint64_t end) {
+  if (modeled_ != nullptr) return {};  // no file
   if (end <= allocated_) return {};
   std::uint64_t target = std::max<std::uint64_t>(end, allocated_ + (256ULL << 20));
   if (options_.nvme_capacity != 0) target = std::min<std::uint64_t>(target, options_.nvme_capacity);
@@ -290,6 +307,7 @@ bool nvme_store::complete(transfer& t) {
 
 status nvme_store::move(io_kind kind, std::uint64_t offset, unsigned char* user, std::size_t bytes,
                         std::uint32_t& crc, unsigned char* trailer, trailer_fields fields) {
+  if (modeled_ != nullptr) return modeled_move(bytes + (trailer != nullptr ? block_ : 0));
   if (!ring_failure_.empty()) {
     return {errc::io_error,
             "nvme store: its io_uring failed earlier (" + ring_failure_ + "); open a new store"};
@@ -323,6 +341,7 @@ status nvme_store::verify(std::uint64_t id) {
   auto it = extents_.find(id);
   if (it == extents_.end()) return invalid("no extent " + std::to_string(id));
   const extent e = it->second;
+  if (modeled_ != nullptr) return modeled_move(e.span);  // the read back, nothing to compare
   if (bounce(0) == nullptr) {
     return {errc::out_of_memory, "nvme store: no host memory for bounce buffers"};
   }

@@ -39,11 +39,25 @@ namespace strata {
 result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier to,
                                                      std::uint64_t next_use,
                                                      prefetch_limits limits) {
+  std::unique_lock lock(mu_);
+  auto started = start_prefetch(handle, to, next_use, limits);
+  // A modeled NVMe tier's read is waited for here in real time only (this
+  // thread's modeled clock stays): what later calls see must not depend on
+  // how far the reader thread got, or a run's times would not repeat.
+  if (started && *started == prefetch_outcome::started && nvme_ != nullptr && nvme_->modeled()) {
+    const auto it = buffers_.find(handle);
+    reads_done_.wait(lock, [&] { return !it->second.reading; });
+  }
+  return started;
+}
+
+result<prefetch_outcome> residency_manager::start_prefetch(std::uint64_t handle, tier to,
+                                                           std::uint64_t next_use,
+                                                           prefetch_limits limits) {
   if (to != tier::host && to != tier::device) {
     return status{errc::invalid_argument,
                   "residency manager: prefetch goes to the host or the device tier"};
   }
-  std::lock_guard lock(mu_);
   retire_finished();
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) {
@@ -109,19 +123,25 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   reading_bytes_ += b.bytes;
   ++stats_.fills_in_flight;
   ++stats_.prefetch_reads;
-  reads_.push_back({handle, b.extent, *host, b.bytes});
+  reads_.push_back({handle, b.extent, *host, b.bytes, nullptr, {nullptr, nullptr}, modeled_now()});
   reads_queued_.notify_one();
   return prefetch_outcome::started;
 }
 
 result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t handle, buffer& b) {
+  // A modeled tier's streamed read would end on the reader thread's clock,
+  // which the acquiring stream cannot wait for: the acquire streams it.
+  if (nvme_->modeled()) {
+    ++stats_.prefetch_no_room;
+    return prefetch_outcome::no_room;
+  }
   const std::uint64_t limit = b.next_use;
   const std::uint64_t chunk = std::min<std::uint64_t>(staging_chunk_, b.bytes);
   if (!reads_leave_room(2 * chunk)) {
     ++stats_.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
-  read_job job{handle, b.extent, nullptr, b.bytes};
+  read_job job{handle, b.extent, nullptr, b.bytes, nullptr, {nullptr, nullptr}, modeled_now()};
   for (void*& slot : job.slots) {
     auto p = host_->allocate(std::min(staging_chunk_, b.bytes));
     if (!p && p.code() == errc::out_of_memory && drop_a_shadow()) {
@@ -208,6 +228,8 @@ void residency_manager::reader_loop() {
     const read_job job = reads_.front();
     reads_.pop_front();
     lock.unlock();
+    // Modeled time: the read starts no earlier than it was asked for.
+    modeled_wait_until(job.posted_at);
     // Checksum checked; a streamed read also waits for its copies.
     status read = job.dev != nullptr ? stream_in(job.extent, job.dev, job.bytes, job.slots,
                                                  reader_stream_, reader_done_)
@@ -220,6 +242,7 @@ void residency_manager::reader_loop() {
 void residency_manager::finish_read(const read_job& job, status read) {
   buffer& b = buffers_.at(job.handle);  // unregister waits for the read
   b.reading = false;
+  b.read_done_at = modeled_now();
   reading_bytes_ -=
       job.dev != nullptr ? 2 * std::min<std::uint64_t>(staging_chunk_, job.bytes) : job.bytes;
   --stats_.fills_in_flight;
@@ -249,9 +272,21 @@ void residency_manager::finish_read(const read_job& job, status read) {
   reads_done_.notify_all();
 }
 
+double residency_manager::modeled_now() const {
+  if (!alloc_.dev().timing_only()) return 0;
+  auto now = alloc_.dev().modeled_clock();
+  return now ? *now : 0;
+}
+
+void residency_manager::modeled_wait_until(double t) const {
+  if (alloc_.dev().timing_only()) (void)alloc_.dev().advance_modeled_clock(t);
+}
+
 void residency_manager::wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
   const auto t0 = std::chrono::steady_clock::now();
   reads_done_.wait(lock, [&] { return !b.reading; });
+  // Modeled time: this thread waited for the read to end.
+  modeled_wait_until(b.read_done_at);
   const std::uint64_t waited = elapsed_ns(t0);
   stats_.stall_ns += waited;
   stats_.fill_wait_ns += waited;

@@ -39,7 +39,20 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
   auto host = pinned_host_pool::create(alloc.dev(), options);
   if (!host) return host.error();
   std::unique_ptr<nvme_store> nvme;
-  if (!options.nvme_dir.empty()) {
+  if (options.nvme_model) {
+    if (!alloc.dev().timing_only()) {
+      return status{errc::invalid_argument,
+                    "residency manager: nvme_model needs a timing-only device "
+                    "(sim:...,data=none); " +
+                        alloc.dev().name() + " moves bytes"};
+    }
+    if (options.nvme_write_behind) {
+      return status{errc::invalid_argument,
+                    "residency manager: nvme_model needs nvme_write_behind:false (the "
+                    "write-behind's time is not modeled)"};
+    }
+    nvme = nvme_store::open_modeled(options, alloc.dev());
+  } else if (!options.nvme_dir.empty()) {
     auto store = nvme_store::open(options, nvme_faults);
     if (!store) return store.error();
     nvme = std::move(*store);

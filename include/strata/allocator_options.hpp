@@ -51,6 +51,12 @@ struct offload_options {
   /// Write host buffers to NVMe in the background while the host tier is
   /// short of room (the residency manager's write-behind, docs/tiers.md).
   bool nvme_write_behind = true;
+  /// On a timing-only device: a modeled NVMe tier (no file, no byte
+  /// written; each request takes its bytes at nvme_model_gbps on the
+  /// calling thread's modeled clock) instead of one in nvme_dir.
+  bool nvme_model = false;
+  /// The modeled NVMe tier's rate, GB/s; 0: instant.
+  double nvme_model_gbps = 3.0;
   /// Prefetcher (docs/prefetch.md): most device bytes in prefetch fills in
   /// flight plus prefetched buffers not yet acquired; 0 turns prefetch off.
   std::uint64_t prefetch_bytes = 512ULL << 20;

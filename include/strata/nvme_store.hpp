@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "strata/allocator_options.hpp"
+#include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/extent_space.hpp"
@@ -72,6 +73,15 @@ class STRATA_API nvme_store {
   /// `faults`, if given, must outlive the store.
   static result<std::unique_ptr<nvme_store>> open(const offload_options& options,
                                                   io_faults* faults = nullptr);
+  /// A modeled store for a timing-only device (offload option
+  /// nvme_model): extents are accounted as in a file, no byte is read or
+  /// written (checksums are not computed: there is nothing to check), and
+  /// each request takes its bytes (rounded up to blocks, the trailer too)
+  /// at options.nvme_model_gbps: it starts at the later of the calling
+  /// thread's modeled clock and the end of the request before it (one at a
+  /// time), and moves the caller's clock to its end (device::
+  /// advance_modeled_clock). `dev` must outlive the store.
+  static std::unique_ptr<nvme_store> open_modeled(const offload_options& options, device& dev);
   nvme_store(const nvme_store&) = delete;
   nvme_store& operator=(const nvme_store&) = delete;
   nvme_store(nvme_store&&) = delete;
@@ -134,6 +144,8 @@ class STRATA_API nvme_store {
   [[nodiscard]] std::uint64_t span_of(std::size_t bytes) const noexcept {
     return space_.rounded(bytes) + block_;
   }
+  /// Whether the store is a modeled one (open_modeled).
+  [[nodiscard]] bool modeled() const noexcept { return modeled_ != nullptr; }
   /// False when the file system refused O_TMPFILE (create-and-unlink used).
   [[nodiscard]] bool unnamed_from_the_start() const noexcept { return tmpfile_; }
 
@@ -182,7 +194,13 @@ class STRATA_API nvme_store {
   unsigned char* bounce(std::size_t slot);
   status mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc, const char* what);
 
+  // A modeled store's request of `bytes`: its time (see open_modeled).
+  // Needs mu_.
+  status modeled_move(std::size_t bytes);
+
   offload_options options_;
+  device* modeled_ = nullptr;  // a modeled store's device
+  double modeled_end_ = 0;     // when its last request ends (modeled seconds)
   int fd_;
   bool tmpfile_;
   std::size_t block_;

@@ -288,6 +288,7 @@ class STRATA_API residency_manager {
     void* shadow = nullptr;         // on the device and clean: the host copy it came from
     std::uint64_t next_use = 0;     // the prefetch's, for making device room
     status read_failure{};          // a prefetch read's error, for the next acquire
+    double read_done_at = 0;        // a prefetch read's end on the reader's modeled clock
   };
   struct read_job {
     std::uint64_t handle;
@@ -296,6 +297,7 @@ class STRATA_API residency_manager {
     std::size_t bytes;
     void* dev = nullptr;                  // streamed: straight to this device memory
     void* slots[2] = {nullptr, nullptr};  // streamed: the staging chunks
+    double posted_at = 0;                 // the poster's modeled clock (timing-only devices)
   };
 
   residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
@@ -343,6 +345,14 @@ class STRATA_API residency_manager {
   // counts the acquire as a hit or a late fill (`late`: the acquire filled
   // it or waited for its read).
   status order_after_fill(buffer& b, stream_handle stream, bool late);
+  // prefetch() but for waiting on a modeled tier's read. Needs mu_.
+  result<prefetch_outcome> start_prefetch(std::uint64_t handle, tier to, std::uint64_t next_use,
+                                          prefetch_limits limits);
+  // Timing-only devices (docs/device.md, "Modeled time"): the calling
+  // thread's modeled clock (0 elsewhere), and moving it up to `t` (a
+  // hand-off between the manager's threads, or a wait for the reader).
+  [[nodiscard]] double modeled_now() const;
+  void modeled_wait_until(double t) const;
   // The prefetch stages (prefetch_fill.cpp): a read on the reader thread,
   // the copy to the device, the reader's loop and its hand-back.
   result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b, bool to_device);
