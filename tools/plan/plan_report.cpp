@@ -153,6 +153,8 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
         std::to_string(t.params.gathers_reused) + " kept for the next use";
     if (p.setup.params == offload_to::host) {
       out += "; " + format_bytes(t.params.bytes_from_host) + " of shards filled from host memory";
+    } else if (p.setup.params == offload_to::nvme) {
+      out += "; " + format_bytes(t.params.bytes_from_nvme) + " of shards read from NVMe";
     }
     out += "\n";
   }
@@ -204,6 +206,8 @@ std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
         .num("gathers_ahead", p.time.params.gathers_ahead)
         .num("gathers_reused", p.time.params.gathers_reused)
         .num("bytes_from_host", p.time.params.bytes_from_host)
+        .num("bytes_from_nvme", p.time.params.bytes_from_nvme)
+        .num("bytes_to_nvme", p.time.params.bytes_to_nvme)
         .num("late_fills", p.time.params.late_fills);
     time.raw("parameters", params.text());
   }

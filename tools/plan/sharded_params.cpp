@@ -21,8 +21,8 @@ T take(result<T> r) {
 
 }  // namespace
 
-offload_options plan_prefetch_options(const std::vector<std::size_t>& shard_bytes,
-                                      std::uint64_t ranks) {
+offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes,
+                                     std::uint64_t ranks, offload_to where, double nvme_gbps) {
   std::uint64_t largest = 1;
   std::uint64_t smallest = ~std::uint64_t{0};
   for (const std::size_t b : shard_bytes) {
@@ -33,18 +33,29 @@ offload_options plan_prefetch_options(const std::vector<std::size_t>& shard_byte
   offload_options o;
   o.prefetch_bytes = (largest + mib - 1) / mib * mib;
   o.device_lookahead = smallest >= mib ? smallest / mib * mib : smallest;
+  if (where == offload_to::nvme) {
+    // A host tier of three of the largest shards (a read in flight, the
+    // staging chunks, at most a quarter of it each, and room to spare):
+    // the shards live on the (modeled) NVMe tier and pass through it.
+    const std::size_t shard = *std::max_element(shard_bytes.begin(), shard_bytes.end());
+    o.host_capacity = 3 * std::max<std::uint64_t>(shard, mib);
+    o.nvme_model = true;
+    o.nvme_model_gbps = nvme_gbps;
+    o.nvme_write_behind = false;
+  }
   return o;
 }
 
 sharded_params::sharded_params(allocator& alloc, communicator* group, stream_handle comm_stream,
                                const std::vector<std::size_t>& shard_bytes, dtype type,
-                               bool offloaded) {
+                               offload_to where, double nvme_gbps) {
   const std::uint64_t ranks = group != nullptr ? static_cast<std::uint64_t>(group->size()) : 1;
-  const offload_options o = plan_prefetch_options(shard_bytes, ranks);
+  const offload_options o = plan_offload_options(shard_bytes, ranks, where, nvme_gbps);
   manager_ = take(residency_manager::create(alloc, o));
   fetch_ = take(prefetcher::create(*manager_, o));
-  const residency_policy policy =
-      offloaded ? residency_policy::host_only : residency_policy::pinned_on_device;
+  const residency_policy policy = where == offload_to::none   ? residency_policy::pinned_on_device
+                                  : where == offload_to::host ? residency_policy::host_only
+                                                              : residency_policy::evictable;
   for (const std::size_t bytes : shard_bytes) {
     const std::uint64_t h = take(
         manager_->register_buffer(std::max<std::size_t>(bytes, 1), buffer_kind::parameter, policy));
@@ -55,7 +66,7 @@ sharded_params::sharded_params(allocator& alloc, communicator* group, stream_han
     check(manager_->release(h, comm_stream.native));
     if (group != nullptr) check(fetch_->add_sharded(h, *group, comm_stream, type));
   }
-  if (offloaded) manager_->spill(SIZE_MAX);
+  if (where != offload_to::none) manager_->spill(SIZE_MAX);
 }
 
 sharded_params::~sharded_params() {
@@ -77,6 +88,16 @@ void sharded_params::acquire(std::size_t u, stream_handle stream) {
 
 void sharded_params::release(std::size_t u, stream_handle stream) {
   check(fetch_->release(handles_.at(u), stream.native));
+}
+
+void sharded_params::update(std::size_t u, stream_handle stream, const void* host) {
+  const std::uint64_t h = handles_.at(u);
+  const std::size_t bytes = take(manager_->size_of(h));
+  void* shard = take(manager_->acquire(h, stream.native, access_mode::read_write));
+  device& dev = manager_->device_allocator().dev();
+  const status copied = dev.copy_async(shard, host, bytes, copy_direction::host_to_device, stream);
+  check(manager_->release(h, stream.native));
+  check(copied);
 }
 
 prefetcher::counters sharded_params::stats() {

@@ -3,16 +3,19 @@
 // using Strata would run them:
 //
 // - each unit's shard (this rank's part of a layer's, or the embeddings'
-//   and head's, parameters) is a managed buffer: pinned on the device, or,
-//   with the parameters offloaded, evictable to host memory (host_only),
-//   where it starts;
+//   and head's, parameters) is a managed buffer: pinned on the device; or,
+//   with the parameters in host memory, evictable to it (host_only); or,
+//   with the parameters on NVMe, evictable to the manager's modeled NVMe
+//   tier (offload option nvme_model, at the rank's share of the node's
+//   NVMe rate) through a host tier of three of the largest shards;
+//   offloaded shards start there;
 // - with more than one rank it is a sharded parameter (add_sharded), so an
 //   acquire returns the unit's whole parameters, all-gathered by the
 //   group's communicator on the communication stream into a full buffer
 //   from the rank's allocator;
 // - the prefetcher records the first step's acquires; from the second step
-//   on it fills the next units' shards from host memory and gathers the
-//   next unit ahead, and the order is the manager's eviction oracle.
+//   on it fills the next unit's shard (from host memory or NVMe) and
+//   gathers it ahead, and the order is the manager's eviction oracle.
 //
 // The prefetch settings are the plan's (docs/plan.md): device_lookahead =
 // the smallest unit's full bytes (rounded down to whole MiB), so only the
@@ -23,9 +26,9 @@
 // MiB), so any unit may be; the other keys keep their defaults.
 //
 // On a timing-only device the host tier's memory is address space of the
-// sim device (mmap'ed, never touched: a copy moves no bytes and a
-// read-only acquire spills with no copy), so a 70B model's shards cost no
-// resident memory here.
+// sim device (mmap'ed MAP_NORESERVE, never touched: a copy moves no bytes
+// and a read-only acquire spills with no copy), and the modeled NVMe tier
+// writes nothing, so a 70B model's shards cost no resident memory here.
 //
 // Thread safety: none; one rank's thread uses it.
 #pragma once
@@ -35,6 +38,7 @@
 #include <memory>
 #include <vector>
 
+#include "plan/plan_setup.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
 #include "strata/prefetcher.hpp"
@@ -42,20 +46,23 @@
 
 namespace strata::plan {
 
-/// The prefetch settings above for units of `shard_bytes` sharded over
-/// `ranks`.
-offload_options plan_prefetch_options(const std::vector<std::size_t>& shard_bytes,
-                                      std::uint64_t ranks);
+/// The offload settings above for units of `shard_bytes` sharded over
+/// `ranks`, living at `where`: the prefetcher's, and on NVMe the host
+/// tier's and the modeled NVMe tier's (at `nvme_gbps`).
+offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes,
+                                     std::uint64_t ranks, offload_to where, double nvme_gbps);
 
 class sharded_params {
  public:
   /// One buffer of `shard_bytes[u]` bytes per unit on `alloc`'s device,
   /// sharded over `group` (null: one rank, the shard is the whole unit) on
-  /// `comm_stream` as `type` elements; offloaded: spilled to host memory
-  /// before the first step. Throws strata::error (the manager's, the
-  /// prefetcher's, the device's).
+  /// `comm_stream` as `type` elements, living at `where` (none: the
+  /// device), and spilled there before the first step; `nvme_gbps`: the
+  /// modeled NVMe tier's rate (0: instant). Throws strata::error (the
+  /// manager's, the prefetcher's, the device's).
   sharded_params(allocator& alloc, communicator* group, stream_handle comm_stream,
-                 const std::vector<std::size_t>& shard_bytes, dtype type, bool offloaded);
+                 const std::vector<std::size_t>& shard_bytes, dtype type, offload_to where,
+                 double nvme_gbps);
   sharded_params(const sharded_params&) = delete;
   sharded_params& operator=(const sharded_params&) = delete;
   sharded_params(sharded_params&&) = delete;
@@ -70,6 +77,12 @@ class sharded_params {
   /// Throws strata::error.
   void acquire(std::size_t u, stream_handle stream);
   void release(std::size_t u, stream_handle stream);
+
+  /// The optimizer's update of unit `u`'s shard, between steps: acquired
+  /// for writing through the manager on `stream` (filled first if it was
+  /// spilled), written from `host` (a timing-only device reads no byte of
+  /// it), released. Throws strata::error.
+  void update(std::size_t u, stream_handle stream, const void* host);
 
   /// What the prefetcher and the manager did (see prefetcher::counters).
   [[nodiscard]] prefetcher::counters stats();

@@ -22,7 +22,6 @@ struct unit {
   std::size_t shard = 0;     // ZeRO-3: elements of this rank's parameter shard
   std::size_t grads = 0;     // trainable elements (their gradients)
   bool layer = true;         // false: embeddings and head (never recomputed)
-  double fetch_seconds = 0;  // offloaded to NVMe: the node's read of the shards
   std::size_t index = 0;     // in forward order
 };
 
@@ -34,6 +33,7 @@ struct step_shape {
   dtype type = dtype::bf16;
   double element = 2;            // bytes of a parameter or gradient element
   double optimizer_seconds = 0;  // host work of the offloaded optimizer step
+  double nvme_gbps = 0;          // one GPU's share of the node's NVMe (0: instant)
 };
 
 std::size_t ceil_div(std::uint64_t a, std::uint64_t b) {
@@ -66,12 +66,7 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
   if (!parts.transfers) return z;
   const std::uint64_t gpus_per_node = s.gpus / s.nodes;  // check_setup: nodes divide gpus
   const auto per_node = static_cast<double>(gpus_per_node);
-  if (s.params == offload_to::nvme) {  // every GPU of the node reads its shard
-    for (unit& u : z.forward) {
-      u.fetch_seconds =
-          static_cast<double>(u.shard) * z.element * per_node / (s.rates.nvme_gbps * 1e9);
-    }
-  }
+  z.nvme_gbps = s.rates.nvme_gbps / per_node;
   if (s.optimizer != offload_to::none) {
     const double mine = static_cast<double>(trainable) / static_cast<double>(z.ranks);
     z.optimizer_seconds = mine * per_node / (s.rates.host_adam_gparams * 1e9);
@@ -91,9 +86,9 @@ double take_host_time(void* arg, double start) {
 }
 
 // ZeRO-3's parameters go through the residency manager and the prefetcher
-// (sharded_params), unless they live on NVMe.
+// (sharded_params).
 bool through_prefetcher(const plan_setup& s) {
-  return s.zero == 3 && s.params != offload_to::nvme;
+  return s.zero == 3;
 }
 
 // Each unit's shard, in bytes.
@@ -111,11 +106,11 @@ class rank_step {
             communicator* group, communicator* replicas)
       : s_(s), z_(z), dev_(alloc.dev()), buffer_(buffer), group_(group), replicas_(replicas) {
     for (stream_handle* h : {&compute_, &comm_, &copy_}) *h = make_stream();
-    for (event_handle* e : {&ready_, &done_, &reduced_, &copied_}) *e = make_event();
+    for (event_handle* e : {&done_, &reduced_, &copied_}) *e = make_event();
     if (s.zero == 0 && group != nullptr) make_buckets();
     if (through_prefetcher(s)) {
       params_ = std::make_unique<sharded_params>(alloc, group, comm_, shard_bytes(z), z.type,
-                                                 s.params == offload_to::host);
+                                                 s.params, z.nvme_gbps);
     }
   }
   rank_step(const rank_step&) = delete;
@@ -127,7 +122,7 @@ class rank_step {
     params_.reset();
     (void)dev_.synchronize();
     for (stream_handle h : {compute_, comm_, copy_}) (void)dev_.destroy_stream(h);
-    for (event_handle e : {ready_, done_, reduced_, copied_}) (void)dev_.destroy_event(e);
+    for (event_handle e : {done_, reduced_, copied_}) (void)dev_.destroy_event(e);
   }
 
   // Runs `warmup` steps, then one more, and returns that one's modeled
@@ -148,8 +143,12 @@ class rank_step {
     step_run r{clock() - start, {}, {}};
     if (params_) {
       const prefetcher::counters after = params_->stats();
-      r.params = {after.gathers - before.gathers, after.gathers_ahead - before.gathers_ahead,
-                  after.gathers_reused - before.gathers_reused, after.step_bytes_from_host,
+      r.params = {after.gathers - before.gathers,
+                  after.gathers_ahead - before.gathers_ahead,
+                  after.gathers_reused - before.gathers_reused,
+                  after.step_bytes_from_host,
+                  after.step_bytes_from_nvme,
+                  after.step_bytes_to_nvme,
                   after.late_fills - before.late_fills};
     }
     return r;
@@ -181,11 +180,11 @@ class rank_step {
         }
       }
     }
+    if (params_) params_->end_step();  // the shards are updated between steps
     if (s_.optimizer != offload_to::none) optimizer_on_host();
     if (s_.zero == 1 || s_.zero == 2) {  // the updated parameters, to every rank
       for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
     }
-    if (params_) params_->end_step();
     check(dev_.synchronize());
   }
 
@@ -235,42 +234,12 @@ class rank_step {
     }
   }
 
-  // ZeRO-3: brings unit `u`'s parameters to the device (from the host first
-  // when they are offloaded) and marks `ready_` where they are.
-  void fetch(const unit& u) {
-    if (s_.params != offload_to::none) {
-      if (u.fetch_seconds > 0) host_work(&u.fetch_seconds);
-      copy(static_cast<double>(u.shard) * z_.element, copy_direction::host_to_device);
-      check(dev_.record_event(copied_, copy_));
-      if (group_ == nullptr) {
-        check(dev_.record_event(ready_, copy_));
-        return;
-      }
-      wait(comm_, copied_);
-    }
-    gather(u.shard);
-    check(dev_.record_event(ready_, comm_));
-  }
-
   // One pass over `units`: each unit's parameters (ZeRO-3: acquired
-  // through the prefetcher, which gathers ahead; parameters on NVMe:
-  // fetched one unit ahead here, the next fetch waiting for the unit
-  // before the current one, so two units' parameters are live at most),
-  // its kernels, and in backward its gradients reduced.
+  // through the prefetcher, which has gathered them ahead), its kernels,
+  // and in backward its gradients reduced.
   void pass(const std::vector<unit>& units, bool backward, bool last_micro) {
-    const bool sharded = s_.zero == 3 && !params_;
-    const stream_handle fetch_stream = s_.params != offload_to::none ? copy_ : comm_;
-    if (sharded) fetch(units[0]);
-    for (std::size_t i = 0; i < units.size(); ++i) {
-      const unit& u = units[i];
+    for (const unit& u : units) {
       if (params_) params_->acquire(u.index, compute_);
-      if (sharded) {
-        wait(compute_, ready_);
-        if (i + 1 < units.size()) {
-          if (i > 0) wait(fetch_stream, done_);
-          fetch(units[i + 1]);
-        }
-      }
       if (backward && s_.checkpointing && u.layer) kernel(u.forward_flops);  // recompute
       kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops);
       check(dev_.record_event(done_, compute_));
@@ -302,9 +271,16 @@ class rank_step {
 
   // CPU Adam over this rank's part (and the node's NVMe traffic), then the
   // updated parameters back up; the communication stream waits for them.
+  // ZeRO-3 without LoRA updates whole shards: through the residency
+  // manager (acquired for writing, filled first if spilled, then dirty).
   void optimizer_on_host() {
     if (z_.optimizer_seconds > 0) host_work(&z_.optimizer_seconds);
+    const bool shards = params_ && s_.lora_rank == 0;
     for (const unit& u : z_.forward) {
+      if (shards) {
+        params_->update(u.index, copy_, &host_);
+        continue;
+      }
       copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
            copy_direction::host_to_device);
     }
@@ -319,10 +295,10 @@ class rank_step {
   communicator* group_;
   communicator* replicas_;
   stream_handle compute_{}, comm_{}, copy_{};
-  event_handle ready_{}, done_{}, reduced_{}, copied_{};
+  event_handle done_{}, reduced_{}, copied_{};
   static constexpr std::size_t no_bucket = ~std::size_t{0};
   std::unique_ptr<gradient_buckets> buckets_;
-  std::unique_ptr<sharded_params> params_;  // ZeRO-3, parameters not on NVMe
+  std::unique_ptr<sharded_params> params_;  // ZeRO-3
   std::vector<std::size_t> bucket_of_;      // unit index -> its gradient's index
   unsigned char host_ = 0;
 };
@@ -471,9 +447,12 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   step_run slowest = ends[0];
   for (const step_run& e : ends) slowest.seconds = std::max(slowest.seconds, e.seconds);
   if (through_prefetcher(s)) {
-    const offload_options p = plan_prefetch_options(shard_bytes(z), z.ranks);
+    const offload_options p = plan_offload_options(shard_bytes(z), z.ranks, s.params, 0);
     slowest.conf = "wait_before_grow:false,prefetch_bytes:" + format_byte_option(p.prefetch_bytes) +
                    ",device_lookahead:" + format_byte_option(p.device_lookahead);
+    if (s.params == offload_to::nvme) {
+      slowest.conf += ",host_capacity:" + format_byte_option(p.host_capacity);
+    }
   }
   return slowest;
 }

@@ -40,6 +40,8 @@ struct parameter_traffic {
   std::uint64_t gathers_ahead = 0;    ///< of those, before their acquire
   std::uint64_t gathers_reused = 0;   ///< acquires served by a kept full buffer
   std::uint64_t bytes_from_host = 0;  ///< shards filled host -> device
+  std::uint64_t bytes_from_nvme = 0;  ///< shards read from NVMe
+  std::uint64_t bytes_to_nvme = 0;    ///< shards written to NVMe (each also read back)
   std::uint64_t late_fills = 0;       ///< fills the acquiring stream waited for
 };
 
