@@ -29,6 +29,27 @@ void within_modeled_time(double seconds, const Work& work) {
   }
 }
 
+// Keeps `s` busy `seconds` of modeled time, from no earlier than
+// `not_before` (a timing-only device's copies, memsets and kernels).
+void queue_busy(sim_stream& s, double seconds, double not_before) {
+  s.enqueue([seconds](double t) { return t + seconds; }, not_before);
+}
+
+// A transfer of `seconds`: on a timing-only device modeled time only (the
+// work, which would move bytes, is not done); else `work` within that much
+// real time.
+template <class Work>
+void queue_transfer(sim_stream& s, bool timing_only, double not_before, double seconds, Work work) {
+  if (timing_only) {
+    queue_busy(s, seconds, not_before);
+    return;
+  }
+  s.enqueue([seconds, work](double t) {
+    within_modeled_time(seconds, work);
+    return t;
+  });
+}
+
 status invalid(std::string message) {
   return {errc::invalid_argument, std::move(message)};
 }
@@ -229,9 +250,7 @@ yes_no sim_device::do_query_event(event_handle event) {
     // scheduling: the same run gives the same times.
     return yes_no{mark->wait() <= not_before()};
   }
-  if (!mark->done()) return yes_no{false};
-  host_reached(mark->at());
-  return yes_no{true};
+  return yes_no{mark->done()};
 }
 
 status sim_device::do_synchronize_event(event_handle event) {
@@ -302,15 +321,8 @@ status sim_device::do_copy_async(void* dst, const void* src, std::size_t bytes,
   auto s = find_stream(stream, "copy_async");
   if (!s) return s.error();
   if (auto f = count_call(sim_fault::copy, "copy_async"); !f) return f;
-  const double seconds = copy_seconds(bytes, direction);
-  if (timing_only()) {
-    (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
-    return {};
-  }
-  (*s)->enqueue([dst, src, bytes, seconds](double t) {
-    within_modeled_time(seconds, [&] { std::memmove(dst, src, bytes); });
-    return t;
-  });
+  queue_transfer(**s, timing_only(), not_before(), copy_seconds(bytes, direction),
+                 [dst, src, bytes] { std::memmove(dst, src, bytes); });
   return {};
 }
 
@@ -320,15 +332,9 @@ status sim_device::do_memset_async(void* dst, unsigned char value, std::size_t b
   auto s = find_stream(stream, "memset_async");
   if (!s) return s.error();
   // Modeled as a device-to-device copy of the same size.
-  const double seconds = copy_seconds(bytes, copy_direction::device_to_device);
-  if (timing_only()) {
-    (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
-    return {};
-  }
-  (*s)->enqueue([dst, value, bytes, seconds](double t) {
-    within_modeled_time(seconds, [&] { std::memset(dst, value, bytes); });
-    return t;
-  });
+  queue_transfer(**s, timing_only(), not_before(),
+                 copy_seconds(bytes, copy_direction::device_to_device),
+                 [dst, value, bytes] { std::memset(dst, value, bytes); });
   return {};
 }
 
@@ -386,8 +392,7 @@ status sim_device::do_queue_modeled_kernel(stream_handle stream, double flops, d
   if (!s) return s.error();
   const double compute = config_.tflops > 0 ? flops / (config_.tflops * 1e12) : 0.0;
   const double memory = config_.d2d_gbps > 0 ? bytes / (config_.d2d_gbps * 1e9) : 0.0;
-  const double seconds = std::max(compute, memory);
-  (*s)->enqueue([seconds](double t) { return t + seconds; }, not_before());
+  queue_busy(**s, std::max(compute, memory), not_before());
   return {};
 }
 

@@ -86,13 +86,11 @@ result<std::uintptr_t> sim_memory::reserve_unbacked(std::size_t bytes, std::size
   // user space ends below 2^57), so no host pointer can equal one, and
   // touching one faults. Shared by every timing-only device, never reused.
   static std::atomic<std::uintptr_t> next{std::uintptr_t{1} << 58};
-  std::uintptr_t base = next.load(std::memory_order_relaxed);
-  std::uintptr_t end = 0;
+  std::uintptr_t from = next.load(std::memory_order_relaxed);
+  std::uintptr_t base = 0;
   do {
-    const std::uintptr_t aligned = (base + alignment - 1) & ~(alignment - 1);
-    end = aligned + bytes;
-  } while (!next.compare_exchange_weak(base, end, std::memory_order_relaxed));
-  base = (base + alignment - 1) & ~(alignment - 1);
+    base = (from + alignment - 1) & ~(alignment - 1);
+  } while (!next.compare_exchange_weak(from, base + bytes, std::memory_order_relaxed));
   std::lock_guard lock(mu_);
   reservations_[base].bytes = bytes;
   return base;

@@ -71,11 +71,6 @@ double sim_mark::wait() {
   return at_;
 }
 
-double sim_mark::at() {
-  std::lock_guard lock(mu_);
-  return at_;
-}
-
 std::shared_ptr<sim_mark> sim_event::record() {
   auto mark = std::make_shared<sim_mark>();
   std::lock_guard lock(mu_);

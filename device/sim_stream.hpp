@@ -77,8 +77,6 @@ class sim_mark {
   bool done();
   /// Blocks until done; returns the modeled time of completion.
   double wait();
-  /// The modeled time of completion; 0 before.
-  double at();
 
  private:
   std::mutex mu_;

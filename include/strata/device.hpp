@@ -328,7 +328,6 @@ class STRATA_API device {
   virtual status do_launch_host_fn(stream_handle stream, host_fn fn, void* arg) = 0;
   virtual status do_synchronize_stream(stream_handle stream) = 0;
   virtual status do_make_current() { return {}; }
-
   virtual status do_synchronize() = 0;
   virtual status do_copy_async(void* dst, const void* src, std::size_t bytes,
                                copy_direction direction, stream_handle stream) = 0;
