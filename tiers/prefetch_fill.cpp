@@ -45,8 +45,10 @@ result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier 
   // thread's modeled clock stays): what later calls see must not depend on
   // how far the reader thread got, or a run's times would not repeat.
   if (started && *started == prefetch_outcome::started && nvme_ != nullptr && nvme_->modeled()) {
-    const auto it = buffers_.find(handle);
-    reads_done_.wait(lock, [&] { return !it->second.reading; });
+    reads_done_.wait(lock, [&] {  // found anew: another thread may unregister it meanwhile
+      const auto it = buffers_.find(handle);
+      return it == buffers_.end() || !it->second.reading;
+    });
   }
   return started;
 }

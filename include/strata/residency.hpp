@@ -165,10 +165,11 @@ class STRATA_API residency_manager {
                                         residency_policy policy);
   /// The buffer on the device, valid for work queued on `stream` from now
   /// on (see above); if it was last released on another stream, `stream`
-  /// first waits for the work queued there before that release. `mode`: whether the work may write
-  /// it (see access_mode). Errors: invalid_argument (unknown handle, a stream the device does not
-  /// know), out_of_memory (nothing left to spill), io_error and device errors from a fill (the
-  /// buffer stays where it was).
+  /// first waits for the work queued there before that release. `mode`:
+  /// whether the work may write it (see access_mode). Errors:
+  /// invalid_argument (unknown handle, a stream the device does not know),
+  /// out_of_memory (nothing left to spill), io_error and device errors from
+  /// a fill (the buffer stays where it was).
   result<void*> acquire(std::uint64_t handle, void* stream,
                         access_mode mode = access_mode::read_write);
   /// Ends one acquire; the buffer is evictable once no acquire is left and
