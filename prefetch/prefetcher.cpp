@@ -88,9 +88,10 @@ status prefetcher::end_step() {
     follow = order_ != nullptr;
     if (follow) order_->rewind();
   }
+  status resharded;  // reported last: the step still ends, the order is still installed
   {
     std::lock_guard walk(walk_mu_);
-    if (auto s = shards_->reshard_held(); !s) return s;
+    resharded = shards_->reshard_held();
   }
   if (installed) {
     // From now on the order decides what is spilled: the furthest next use
@@ -106,7 +107,7 @@ status prefetcher::end_step() {
     std::lock_guard walk(walk_mu_);
     schedule(false);
   }
-  return {};
+  return resharded;
 }
 
 status prefetcher::add_sharded(std::uint64_t handle, communicator& comm, stream_handle comm_stream,

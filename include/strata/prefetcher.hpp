@@ -96,8 +96,10 @@ class STRATA_API prefetcher {
   /// invalid_argument if the step before was not ended.
   status begin_step();
   /// The step ends; the first one's recording becomes the order (an empty
-  /// recording is dropped: the next step records again). Errors:
-  /// invalid_argument without a begin_step.
+  /// recording is dropped: the next step records again), and the full
+  /// buffers held are freed. Errors: invalid_argument without a
+  /// begin_step; the allocator's freeing a full buffer (the step has still
+  /// ended and the next one's fills have started).
   status end_step();
   /// residency_manager::acquire(handle, stream, mode) (same result and
   /// errors), recorded or followed in the order, then the next buffers are
