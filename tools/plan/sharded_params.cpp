@@ -3,23 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "plan/checked.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::plan {
-
-namespace {
-
-void check(const status& s) {
-  if (!s) throw error(s);
-}
-
-template <typename T>
-T take(result<T> r) {
-  if (!r) throw error(r.error());
-  return std::move(*r);
-}
-
-}  // namespace
 
 offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes,
                                      std::uint64_t ranks, offload_to where, double nvme_gbps) {
@@ -51,18 +38,18 @@ sharded_params::sharded_params(allocator& alloc, communicator* group, stream_han
                                offload_to where, double nvme_gbps) {
   const std::uint64_t ranks = group != nullptr ? static_cast<std::uint64_t>(group->size()) : 1;
   const offload_options o = plan_offload_options(shard_bytes, ranks, where, nvme_gbps);
-  manager_ = take(residency_manager::create(alloc, o));
-  fetch_ = take(prefetcher::create(*manager_, o));
+  manager_ = checked(residency_manager::create(alloc, o));
+  fetch_ = checked(prefetcher::create(*manager_, o));
   const residency_policy policy = where == offload_to::none   ? residency_policy::pinned_on_device
                                   : where == offload_to::host ? residency_policy::host_only
                                                               : residency_policy::evictable;
   for (const std::size_t bytes : shard_bytes) {
-    const std::uint64_t h = take(
+    const std::uint64_t h = checked(
         manager_->register_buffer(std::max<std::size_t>(bytes, 1), buffer_kind::parameter, policy));
     handles_.push_back(h);
     // The shard's bytes (a timing-only device stores none): written once,
     // on the device; offloaded, they are spilled to the host below.
-    take(manager_->acquire(h, comm_stream.native));
+    checked(manager_->acquire(h, comm_stream.native));
     check(manager_->release(h, comm_stream.native));
     if (group != nullptr) check(fetch_->add_sharded(h, *group, comm_stream, type));
   }
@@ -83,7 +70,7 @@ void sharded_params::end_step() {
 }
 
 void sharded_params::acquire(std::size_t u, stream_handle stream) {
-  take(fetch_->acquire(handles_.at(u), stream.native, access_mode::read_only));
+  checked(fetch_->acquire(handles_.at(u), stream.native, access_mode::read_only));
 }
 
 void sharded_params::release(std::size_t u, stream_handle stream) {
@@ -92,8 +79,8 @@ void sharded_params::release(std::size_t u, stream_handle stream) {
 
 void sharded_params::update(std::size_t u, stream_handle stream, const void* host) {
   const std::uint64_t h = handles_.at(u);
-  const std::size_t bytes = take(manager_->size_of(h));
-  void* shard = take(manager_->acquire(h, stream.native, access_mode::read_write));
+  const std::size_t bytes = checked(manager_->size_of(h));
+  void* shard = checked(manager_->acquire(h, stream.native, access_mode::read_write));
   device& dev = manager_->device_allocator().dev();
   const status copied = dev.copy_async(shard, host, bytes, copy_direction::host_to_device, stream);
   check(manager_->release(h, stream.native));

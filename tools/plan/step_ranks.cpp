@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "plan/checked.hpp"
 #include "plan/sharded_params.hpp"
 #include "strata/communicator.hpp"
 #include "strata/gradient_buckets.hpp"
@@ -75,10 +76,6 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
     }
   }
   return z;
-}
-
-void check(const status& s) {
-  if (!s) throw error(s);
 }
 
 double take_host_time(void* arg, double start) {
@@ -155,11 +152,7 @@ class rank_step {
   }
 
  private:
-  double clock() {
-    auto c = dev_.modeled_clock();
-    if (!c) throw error(c.error());
-    return *c;
-  }
+  double clock() { return checked(dev_.modeled_clock()); }
 
   void step() {
     std::vector<unit> backward(z_.forward.rbegin(), z_.forward.rend());
@@ -188,16 +181,8 @@ class rank_step {
     check(dev_.synchronize());
   }
 
-  stream_handle make_stream() {
-    auto h = dev_.create_stream();
-    if (!h) throw error(h.error());
-    return *h;
-  }
-  event_handle make_event() {
-    auto e = dev_.create_event();
-    if (!e) throw error(e.error());
-    return *e;
-  }
+  stream_handle make_stream() { return checked(dev_.create_stream()); }
+  event_handle make_event() { return checked(dev_.create_event()); }
   void wait(stream_handle stream, event_handle event) {
     check(dev_.stream_wait_event(stream, event));
   }
@@ -210,9 +195,7 @@ class rank_step {
       if (u.grads > 0) params.push_back({u.grads, z_.type});
     }
     if (params.empty()) return;
-    auto b = gradient_buckets::create(*group_, params, comm_);
-    if (!b) throw error(b.error());
-    buckets_ = std::move(*b);
+    buckets_ = checked(gradient_buckets::create(*group_, params, comm_));
   }
   void kernel(double flops) { check(dev_.queue_modeled_kernel(compute_, flops, 0)); }
   void host_work(const double* seconds) {
