@@ -125,6 +125,23 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
                 ("Stitches: " + std::to_string(st.num_stitches) + " (" +
                  format_bytes(static_cast<std::uint64_t>(st.stitched_bytes)) + ")")
                     .c_str());
+  o << line;
+  std::uint64_t vm_calls = 0;
+  std::uint64_t vm_ns = 0;
+  for (driver_call k : {driver_call::reserve, driver_call::free_reservation,
+                        driver_call::create_pages, driver_call::release_pages, driver_call::map,
+                        driver_call::unmap, driver_call::set_access}) {
+    vm_calls += st.driver[static_cast<std::size_t>(k)].calls;
+    vm_ns += st.driver[static_cast<std::size_t>(k)].ns;
+  }
+  char vm[64];
+  std::snprintf(vm, sizeof vm, "Memory driver calls: %llu, %.1f ms",
+                static_cast<unsigned long long>(vm_calls), static_cast<double>(vm_ns) * 1e-6);
+  char waits[64];
+  std::snprintf(waits, sizeof waits, "Waits for the device: %lld, %.1f ms",
+                static_cast<long long>(st.num_device_waits),
+                static_cast<double>(st.device_wait_ns) * 1e-6);
+  std::snprintf(line, sizeof line, "| %-36s | %-36s |\n", vm, waits);
   o << line << '|' << thick.substr(2) << "|\n";
   return o.str();
 }

@@ -49,6 +49,18 @@ std::map<std::string, std::int64_t> allocator_stats::to_map() const {
   out["num_device_free"] = num_device_free;
   out["num_stitches"] = num_stitches;
   out["stitched_bytes"] = stitched_bytes;
+  out["num_device_waits"] = num_device_waits;
+  out["device_wait_ns"] = device_wait_ns;
+  driver_call_total all;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    const std::string name = driver_call_name(static_cast<driver_call>(k));
+    out["driver_calls." + name] = static_cast<std::int64_t>(driver[k].calls);
+    out["driver_time_ns." + name] = static_cast<std::int64_t>(driver[k].ns);
+    all.calls += driver[k].calls;
+    all.ns += driver[k].ns;
+  }
+  out["driver_calls.all"] = static_cast<std::int64_t>(all.calls);
+  out["driver_time_ns.all"] = static_cast<std::int64_t>(all.ns);
   out["fragmentation_ppm.current"] = std::llround(fragmentation() * 1e6);
   out["fragmentation_ppm.peak"] = std::llround(peak_fragmentation() * 1e6);
   return out;

@@ -361,6 +361,7 @@ allocator_stats caching_allocator::current_stats() {
   pages_.refresh_derived_stats();
   allocator_stats view = stats_;
   caches_.fold_all(view);
+  view.driver = dev_->call_totals();
   return view;
 }
 

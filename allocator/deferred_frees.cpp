@@ -53,7 +53,11 @@ status deferred_frees::seal_open_batch(std::vector<pending_free>& done) {
   if (!record_events(seen_streams_, batch.events)) {
     // A stream we cannot record on (destroyed by its owner, say): fall back
     // to waiting for the whole device, then free the batch.
-    if (auto sync = dev_.synchronize(); !sync) return sync;
+    const double start = dev_.host_clock();
+    const status sync = dev_.synchronize();
+    ++stats_.num_device_waits;
+    stats_.device_wait_ns += static_cast<std::int64_t>((dev_.host_clock() - start) * 1e9);
+    if (!sync) return sync;
     ++stats_.num_sync_all_streams;
     for (auto& p : open_batch_) done.push_back(std::move(p));
     open_batch_.clear();

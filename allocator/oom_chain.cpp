@@ -120,11 +120,15 @@ status caching_allocator::finish_all_deferred() {
 }
 
 status caching_allocator::wait_for_everything() {
-  if (auto s = finish_all_deferred(); !s) return s;
+  const double start = dev_->host_clock();
+  status s = finish_all_deferred();
   for (stream_arena* a : streams_.arenas()) {
-    if (auto s = a->wait_idle(a->open_epoch(), *dev_, events_); !s) return s;
+    if (!s) break;
+    s = a->wait_idle(a->open_epoch(), *dev_, events_);
   }
-  return {};
+  ++stats_.num_device_waits;
+  stats_.device_wait_ns += static_cast<std::int64_t>((dev_->host_clock() - start) * 1e9);
+  return s;
 }
 
 std::uint64_t caching_allocator::add_pressure_handler(pressure_handler h) {

@@ -3,6 +3,7 @@
 #include "strata/device.hpp"
 
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <string>
 
@@ -22,6 +23,48 @@ status unknown_direction() {
 
 device::~device() = default;
 
+const char* driver_call_name(driver_call kind) noexcept {
+  static constexpr std::array<const char*, driver_call_kinds> names{"reserve",
+                                                                    "free_reservation",
+                                                                    "create_pages",
+                                                                    "release_pages",
+                                                                    "map",
+                                                                    "unmap",
+                                                                    "set_access",
+                                                                    "record_event",
+                                                                    "query_event",
+                                                                    "synchronize_event",
+                                                                    "stream_wait_event",
+                                                                    "synchronize_stream",
+                                                                    "synchronize"};
+  return names[static_cast<std::size_t>(kind)];
+}
+
+double device::do_host_clock() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <class Call>
+auto device::counted(driver_call kind, Call call) {
+  const double start = do_host_clock();
+  auto r = call();
+  const double took = do_host_clock() - start;
+  const auto k = static_cast<std::size_t>(kind);
+  calls_[k].fetch_add(1, std::memory_order_relaxed);
+  call_ns_[k].fetch_add(took > 0 ? static_cast<std::uint64_t>(took * 1e9 + 0.5) : 0,
+                        std::memory_order_relaxed);
+  return r;
+}
+
+driver_call_totals device::call_totals() const noexcept {
+  driver_call_totals out{};
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    out[k].calls = calls_[k].load(std::memory_order_relaxed);
+    out[k].ns = call_ns_[k].load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
 status device::check_granular(const char* what, std::size_t value) const {
   if (value % granularity_ != 0) {
     return invalid(std::string(what) + " " + std::to_string(value) +
@@ -38,23 +81,23 @@ result<std::uintptr_t> device::reserve(std::size_t bytes, std::size_t alignment)
     return invalid("reserve: alignment " + std::to_string(alignment) + " is not a power of two");
   }
   if (alignment < granularity_) alignment = granularity_;
-  return do_reserve(bytes, alignment);
+  return counted(driver_call::reserve, [&] { return do_reserve(bytes, alignment); });
 }
 
 status device::free_reservation(std::uintptr_t base, std::size_t bytes) {
   if (base == 0 || bytes == 0) return invalid("free_reservation: null base or zero size");
-  return do_free_reservation(base, bytes);
+  return counted(driver_call::free_reservation, [&] { return do_free_reservation(base, bytes); });
 }
 
 result<page_run> device::create_pages(std::size_t bytes) {
   if (bytes == 0) return invalid("create_pages: size is 0");
   if (auto s = check_granular("create_pages: size", bytes); !s) return s;
-  return do_create_pages(bytes);
+  return counted(driver_call::create_pages, [&] { return do_create_pages(bytes); });
 }
 
 status device::release_pages(page_run run) {
   if (run.bytes == 0) return invalid("release_pages: empty page run");
-  return do_release_pages(run);
+  return counted(driver_call::release_pages, [&] { return do_release_pages(run); });
 }
 
 status device::map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
@@ -66,21 +109,21 @@ status device::map(std::uintptr_t va, std::size_t bytes, page_run run, std::size
     return invalid("map: offset " + std::to_string(offset) + " + size " + std::to_string(bytes) +
                    " exceeds the page run's " + std::to_string(run.bytes) + " bytes");
   }
-  return do_map(va, bytes, run, offset);
+  return counted(driver_call::map, [&] { return do_map(va, bytes, run, offset); });
 }
 
 status device::unmap(std::uintptr_t va, std::size_t bytes) {
   if (va == 0 || bytes == 0) return invalid("unmap: null address or zero size");
   if (auto s = check_granular("unmap: address", va); !s) return s;
   if (auto s = check_granular("unmap: size", bytes); !s) return s;
-  return do_unmap(va, bytes);
+  return counted(driver_call::unmap, [&] { return do_unmap(va, bytes); });
 }
 
 status device::set_access(std::uintptr_t va, std::size_t bytes) {
   if (va == 0 || bytes == 0) return invalid("set_access: null address or zero size");
   if (auto s = check_granular("set_access: address", va); !s) return s;
   if (auto s = check_granular("set_access: size", bytes); !s) return s;
-  return do_set_access(va, bytes);
+  return counted(driver_call::set_access, [&] { return do_set_access(va, bytes); });
 }
 
 result<stream_handle> device::create_stream() {
@@ -107,22 +150,23 @@ status device::destroy_event(event_handle event) {
 
 status device::record_event(event_handle event, stream_handle stream) {
   if (event.native == nullptr) return invalid("record_event: null event");
-  return do_record_event(event, stream);
+  return counted(driver_call::record_event, [&] { return do_record_event(event, stream); });
 }
 
 yes_no device::query_event(event_handle event) {
   if (event.native == nullptr) return invalid("query_event: null event");
-  return do_query_event(event);
+  return counted(driver_call::query_event, [&] { return do_query_event(event); });
 }
 
 status device::synchronize_event(event_handle event) {
   if (event.native == nullptr) return invalid("synchronize_event: null event");
-  return do_synchronize_event(event);
+  return counted(driver_call::synchronize_event, [&] { return do_synchronize_event(event); });
 }
 
 status device::stream_wait_event(stream_handle stream, event_handle event) {
   if (event.native == nullptr) return invalid("stream_wait_event: null event");
-  return do_stream_wait_event(stream, event);
+  return counted(driver_call::stream_wait_event,
+                 [&] { return do_stream_wait_event(stream, event); });
 }
 
 status device::launch_host_fn(stream_handle stream, host_fn fn, void* arg) {
@@ -131,11 +175,11 @@ status device::launch_host_fn(stream_handle stream, host_fn fn, void* arg) {
 }
 
 status device::synchronize_stream(stream_handle stream) {
-  return do_synchronize_stream(stream);
+  return counted(driver_call::synchronize_stream, [&] { return do_synchronize_stream(stream); });
 }
 
 status device::synchronize() {
-  return do_synchronize();
+  return counted(driver_call::synchronize, [&] { return do_synchronize(); });
 }
 
 result<double> device::modeled_clock() {

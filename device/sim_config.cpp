@@ -1,6 +1,8 @@
 #include "sim_config.hpp"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "strata/option_table.hpp"
 
@@ -36,11 +38,19 @@ constexpr option_rule fault_after(std::string_view name, std::string_view doc) {
           .doc = doc};
 }
 
+constexpr option_rule call_cost(std::string_view name, std::string_view doc) {
+  return {.name = name,
+          .kind = value_kind::number,
+          .high = max_sim_call_us,
+          .unit = "microseconds",
+          .doc = doc};
+}
+
 std::uint64_t* fault(sim_config& c, sim_fault f) {
   return &c.fail_after[static_cast<std::size_t>(f)];
 }
 
-const std::array<spec, 14> table{{
+const std::array<spec, 23> table{{
     {{.name = "capacity",
       .kind = value_kind::bytes,
       .min = 4096,
@@ -72,6 +82,32 @@ const std::array<spec, 14> table{{
      [](sim_config& c) -> option_field { return &c.copy_latency_us; }},
     {delay("op_delay_us", "time slept before every stream operation (a slow stream)"),
      [](sim_config& c) -> option_field { return &c.op_delay_us; }},
+    {delay("gpu_lag_us",
+           "how far the GPU runs behind the host: work queued at host time t starts no earlier "
+           "than t + this (a host wait for queued work then costs it)"),
+     [](sim_config& c) -> option_field { return &c.gpu_lag_us; }},
+    {{.name = "driver_costs",
+      .kind = value_kind::text,
+      .unit = "`h100` or `none`",
+      .doc = "`none`: the driver-call costs below that are not given are 0 (tests of other "
+             "modeled times)"},
+     [](sim_config& c) -> option_field { return &c.driver_costs; }},
+    {call_cost("create_us",
+               "what `create_pages` costs the calling thread per 2 MiB (driver "
+               "costs: at least one unit per call; H100: 9.9)"),
+     [](sim_config& c) -> option_field { return &c.create_us; }},
+    {call_cost("map_us", "the same for `map` (H100: 1.7)"),
+     [](sim_config& c) -> option_field { return &c.map_us; }},
+    {call_cost("set_access_us", "the same for `set_access` (H100: 28.8)"),
+     [](sim_config& c) -> option_field { return &c.set_access_us; }},
+    {call_cost("unmap_us", "the same for `unmap` (H100: 18.0)"),
+     [](sim_config& c) -> option_field { return &c.unmap_us; }},
+    {call_cost("release_us", "the same for `release_pages` (H100: 10.3)"),
+     [](sim_config& c) -> option_field { return &c.release_us; }},
+    {call_cost("record_event_us", "what `record_event` costs the calling thread (H100: 0.15)"),
+     [](sim_config& c) -> option_field { return &c.record_event_us; }},
+    {call_cost("query_event_us", "what `query_event` costs the calling thread (H100: 0.13)"),
+     [](sim_config& c) -> option_field { return &c.query_event_us; }},
     {{.name = "adopt_streams",
       .kind = value_kind::flag,
       .doc = "`true`: a stream handle the device did not create (say, from a CUDA runtime the "
@@ -113,6 +149,25 @@ result<sim_config> parse_sim_config(std::string_view text) {
   }
   if (config.data != "host" && config.data != "none") {
     return invalid("bad value for 'data': `" + config.data + "` is not `host` or `none`");
+  }
+  if (config.driver_costs != "h100" && config.driver_costs != "none") {
+    return invalid("bad value for 'driver_costs': `" + config.driver_costs +
+                   "` is not `h100` or `none`");
+  }
+  if (config.driver_costs == "none") {
+    const auto given = [&](std::string_view key) {
+      return std::any_of(options->begin(), options->end(),
+                         [&](const option& o) { return o.key == key; });
+    };
+    for (auto [key, field] : {std::pair{"create_us", &config.create_us},
+                              {"map_us", &config.map_us},
+                              {"set_access_us", &config.set_access_us},
+                              {"unmap_us", &config.unmap_us},
+                              {"release_us", &config.release_us},
+                              {"record_event_us", &config.record_event_us},
+                              {"query_event_us", &config.query_event_us}}) {
+      if (!given(key)) *field = 0;
+    }
   }
   if (config.capacity < config.granularity || config.capacity % config.granularity != 0) {
     return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +

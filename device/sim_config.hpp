@@ -34,6 +34,11 @@ inline constexpr std::uint64_t max_sim_delay_us = 10'000'000;
 inline constexpr double max_sim_gbps = 1e6;
 /// The fastest compute rate a sim device models, 10^12 FLOP/s.
 inline constexpr double max_sim_tflops = 1e6;
+/// The most a driver call's modeled cost may be, microseconds per unit.
+inline constexpr double max_sim_call_us = 1e6;
+/// The unit of the driver's per-page costs: the page size they were
+/// measured with.
+inline constexpr std::size_t sim_cost_unit = std::size_t{2} << 20;
 
 struct sim_config {
   std::uint64_t capacity = 80ULL << 30;    ///< Physical bytes, a granularity multiple.
@@ -44,6 +49,25 @@ struct sim_config {
   double tflops = 0;    ///< Timing only: modeled kernels' rate, 10^12 FLOP/s; 0 = instant.
   std::uint64_t copy_latency_us = 0;  ///< Fixed cost added to every copy.
   std::uint64_t op_delay_us = 0;      ///< Delay before every stream operation (a slow stream).
+  /// How far the GPU runs behind the host: work queued at host time t
+  /// starts no earlier than t + gpu_lag_us.
+  std::uint64_t gpu_lag_us = 0;
+  /// "h100": the driver costs below default to what an H100 measured;
+  /// "none": every cost not given by its own key is 0 (for tests of
+  /// other modeled times).
+  std::string driver_costs = "h100";
+  /// What driver calls cost the calling thread, in microseconds per 2 MiB
+  /// of the range (at least one unit per call): measured on an H100
+  /// (shared/calibration/README.md). Charged on the modeled clock of a
+  /// timing-only device, slept on a device with data.
+  double create_us = 9.9;
+  double map_us = 1.7;
+  double set_access_us = 28.8;
+  double unmap_us = 18.0;
+  double release_us = 10.3;
+  /// Microseconds per event call.
+  double record_event_us = 0.15;
+  double query_event_us = 0.13;
   /// A stream handle the device did not create becomes a new stream of its
   /// own on first use (as handles from a CUDA runtime would), instead of an
   /// "unknown stream" error.

@@ -90,9 +90,7 @@ result<std::unique_ptr<sim_device>> sim_device::create(const sim_config& config)
 }
 
 sim_device::sim_device(const sim_config& config, std::unique_ptr<sim_memory> memory)
-    : config_(config),
-      memory_(std::move(memory)),
-      default_stream_(std::make_shared<sim_stream>(std::chrono::microseconds(config.op_delay_us))) {
+    : config_(config), memory_(std::move(memory)), default_stream_(new_stream()) {
   set_granularity(config.granularity);
   for (std::size_t i = 0; i < sim_fault_count; ++i) fail_at_[i] = config.fail_after[i];
 }
@@ -136,28 +134,45 @@ status sim_device::do_free_reservation(std::uintptr_t base, std::size_t bytes) {
 
 result<page_run> sim_device::do_create_pages(std::size_t bytes) {
   if (auto s = count_call(sim_fault::create_pages, "create_pages"); !s) return s;
-  return memory_->create_pages(bytes);
+  auto run = memory_->create_pages(bytes);
+  if (run) charge(config_.create_us, bytes);
+  return run;
 }
 
 status sim_device::do_release_pages(page_run run) {
-  return memory_->release_pages(run);
+  auto s = memory_->release_pages(run);
+  if (s) charge(config_.release_us, run.bytes);
+  return s;
 }
 
 status sim_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
   if (auto s = count_call(sim_fault::map, "map"); !s) return s;
-  return memory_->map(va, bytes, run, offset);
+  auto s = memory_->map(va, bytes, run, offset);
+  if (s) charge(config_.map_us, bytes);
+  return s;
 }
 
 status sim_device::do_unmap(std::uintptr_t va, std::size_t bytes) {
-  return memory_->unmap(va, bytes);
+  auto s = memory_->unmap(va, bytes);
+  if (s) charge(config_.unmap_us, bytes);
+  return s;
 }
 
 status sim_device::do_set_access(std::uintptr_t va, std::size_t bytes) {
-  return memory_->set_access(va, bytes);
+  auto s = memory_->set_access(va, bytes);
+  if (s) charge(config_.set_access_us, bytes);
+  return s;
+}
+
+std::shared_ptr<sim_stream> sim_device::new_stream() const {
+  // A timing-only device models the lag in not_before(); one with data
+  // holds each operation back in real time.
+  const auto lag = std::chrono::microseconds(timing_only() ? 0 : config_.gpu_lag_us);
+  return std::make_shared<sim_stream>(std::chrono::microseconds(config_.op_delay_us), lag);
 }
 
 result<stream_handle> sim_device::do_create_stream() {
-  auto stream = std::make_shared<sim_stream>(std::chrono::microseconds(config_.op_delay_us));
+  auto stream = new_stream();
   void* native = stream.get();
   std::lock_guard lock(mu_);
   streams_.emplace(native, std::move(stream));
@@ -192,7 +207,7 @@ result<std::shared_ptr<sim_stream>> sim_device::find_stream(stream_handle stream
   auto it = streams_.find(stream.native);
   if (it != streams_.end()) return it->second;
   if (config_.adopt_streams) {
-    auto adopted = std::make_shared<sim_stream>(std::chrono::microseconds(config_.op_delay_us));
+    auto adopted = new_stream();
     streams_.emplace(stream.native, adopted);
     return adopted;
   }
@@ -235,12 +250,14 @@ status sim_device::do_record_event(event_handle event, stream_handle stream) {
         return t;
       },
       not_before());
+  charge(config_.record_event_us, 0);
   return {};
 }
 
 yes_no sim_device::do_query_event(event_handle event) {
   auto e = find_event(event, "query_event");
   if (!e) return e.error();
+  charge(config_.query_event_us, 0);
   auto mark = (*e)->latest();
   if (mark == nullptr) return yes_no{true};
   if (timing_only()) {
@@ -248,7 +265,7 @@ yes_no sim_device::do_query_event(event_handle event) {
     // when the event's time is not after the host's. The thread is waited
     // for (it takes no real time) so that the answer does not depend on
     // scheduling: the same run gives the same times.
-    return yes_no{mark->wait() <= not_before()};
+    return yes_no{mark->wait() <= thread_clock()};
   }
   return yes_no{mark->done()};
 }
@@ -359,10 +376,38 @@ double& clock_of(std::uint64_t device) {
   return thread_clocks.back().seconds;
 }
 
+// Driver costs a thread was charged on devices with data and has not slept
+// yet (seconds; negative after a sleep overshot).
+thread_local double unslept = 0;
+
 }  // namespace
 
-double sim_device::not_before() const {
+double sim_device::thread_clock() const {
   return timing_only() ? clock_of(serial_) : 0.0;
+}
+
+double sim_device::not_before() const {
+  return timing_only() ? clock_of(serial_) + static_cast<double>(config_.gpu_lag_us) * 1e-6 : 0.0;
+}
+
+void sim_device::charge(double us_per_unit, std::size_t bytes) {
+  if (us_per_unit <= 0) return;
+  const std::size_t units = std::max<std::size_t>(1, (bytes + sim_cost_unit - 1) / sim_cost_unit);
+  const double seconds = us_per_unit * 1e-6 * static_cast<double>(units);
+  if (timing_only()) {
+    clock_of(serial_) += seconds;
+    return;
+  }
+  unslept += seconds;
+  if (unslept < 1e-3) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(unslept));
+  unslept -= std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double sim_device::do_host_clock() {
+  if (timing_only()) return clock_of(serial_);
+  return device::do_host_clock() + std::max(unslept, 0.0);
 }
 
 void sim_device::host_reached(double t) {
@@ -377,7 +422,7 @@ std::uint64_t sim_device::new_serial() {
 
 result<double> sim_device::do_modeled_clock() {
   if (!timing_only()) return device::do_modeled_clock();
-  return not_before();
+  return thread_clock();
 }
 
 status sim_device::do_advance_modeled_clock(double seconds) {

@@ -86,10 +86,20 @@ class sim_device final : public device {
   status do_advance_modeled_clock(double seconds) override;
   status do_queue_modeled_kernel(stream_handle stream, double flops, double bytes) override;
   status do_launch_timed_host_fn(stream_handle stream, timed_host_fn fn, void* arg) override;
+  double do_host_clock() override;
 
   // The modeled time work queued now starts no earlier than: the calling
-  // thread's clock on a timing-only device (0 otherwise).
+  // thread's clock plus the GPU's lag on a timing-only device (0 otherwise).
   [[nodiscard]] double not_before() const;
+  // The calling thread's modeled clock (0 on a device with data).
+  [[nodiscard]] double thread_clock() const;
+  // Charges the calling thread a driver call of `us_per_unit` microseconds
+  // per sim_cost_unit of `bytes` (at least one unit): on its modeled clock
+  // when timing only, else slept (in arrears of up to a millisecond, so
+  // that short calls do not each pay a sleep's overshoot).
+  void charge(double us_per_unit, std::size_t bytes);
+  // A new stream of this device.
+  [[nodiscard]] std::shared_ptr<sim_stream> new_stream() const;
   // Moves the calling thread's clock up to `t` (a wait saw work end at
   // `t`); nothing on a device with data.
   void host_reached(double t);

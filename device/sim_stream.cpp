@@ -5,8 +5,8 @@
 
 namespace strata {
 
-sim_stream::sim_stream(std::chrono::microseconds op_delay)
-    : op_delay_(op_delay), worker_([this] { run(); }) {}
+sim_stream::sim_stream(std::chrono::microseconds op_delay, std::chrono::microseconds lag)
+    : op_delay_(op_delay), lag_(lag), worker_([this] { run(); }) {}
 
 sim_stream::~sim_stream() {
   {
@@ -20,7 +20,9 @@ sim_stream::~sim_stream() {
 void sim_stream::enqueue(sim_op op, double not_before) {
   {
     std::lock_guard lock(mu_);
-    queue_.push_back({std::move(op), not_before});
+    const auto ready_at = lag_.count() > 0 ? std::chrono::steady_clock::now() + lag_
+                                           : std::chrono::steady_clock::time_point{};
+    queue_.push_back({std::move(op), not_before, ready_at});
     ++queued_;
   }
   work_cv_.notify_one();
@@ -38,10 +40,11 @@ void sim_stream::run() {
   while (true) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued has run
-    auto [op, not_before] = std::move(queue_.front());
+    auto [op, not_before, ready_at] = std::move(queue_.front());
     queue_.pop_front();
     const double start = std::max(clock_, not_before);
     lock.unlock();
+    if (lag_.count() > 0) std::this_thread::sleep_until(ready_at);
     if (op_delay_.count() > 0) std::this_thread::sleep_for(op_delay_);
     const double end = op(start);
     lock.lock();

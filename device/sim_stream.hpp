@@ -33,8 +33,12 @@ using sim_op = std::function<double(double start)>;
 
 class sim_stream {
  public:
-  /// `op_delay` is slept before each operation (models a slow stream).
-  explicit sim_stream(std::chrono::microseconds op_delay);
+  /// `op_delay` is slept before each operation (models a slow stream);
+  /// an operation starts no earlier than `lag` after it was queued, in
+  /// real time (a GPU that runs behind; a timing-only device models its
+  /// lag in `not_before` instead and passes 0).
+  explicit sim_stream(std::chrono::microseconds op_delay,
+                      std::chrono::microseconds lag = std::chrono::microseconds(0));
   sim_stream(const sim_stream&) = delete;
   sim_stream& operator=(const sim_stream&) = delete;
   sim_stream(sim_stream&&) = delete;
@@ -54,6 +58,7 @@ class sim_stream {
   struct queued {
     sim_op op;
     double not_before;
+    std::chrono::steady_clock::time_point ready_at;
   };
   void run();
 
@@ -66,6 +71,7 @@ class sim_stream {
   double clock_ = 0;
   bool stopping_ = false;
   std::chrono::microseconds op_delay_;
+  std::chrono::microseconds lag_;
   std::thread worker_;  // last: starts after every other member exists
 };
 

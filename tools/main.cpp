@@ -42,6 +42,14 @@ int main(int argc, char** argv) try {
                      "Write the replay's allocator state and event trace as a PyTorch memory "
                      "snapshot pickle");
   replay->add_flag("--quiet", ro.quiet, "Print nothing but errors and warnings");
+  replay->add_flag("--timeline", ro.timeline,
+                   "Replay at the trace's recorded pace on a timing-only sim device with the GPU "
+                   "behind the host, and say what the allocator added (docs/replay.md)");
+  replay
+      ->add_option("--gpu-lag-ms", ro.gpu_lag_ms,
+                   "With --timeline: how far the GPU runs behind the host when the trace has no "
+                   "kernels (default 12, measured on an H100)")
+      ->check(CLI::Range(0.0, 10000.0));
 
   strata::plan_command_options po;
   auto* plan = app.add_subcommand(

@@ -27,6 +27,8 @@ int run_replay(const replay_command_options& o) {
   ro.conf = o.conf;
   ro.progress = !o.quiet;
   ro.snapshot = !o.snapshot_out.empty();
+  ro.timeline = o.timeline;
+  ro.gpu_lag_ms = o.gpu_lag_ms;
   auto r = replay::replay(*trace, ro);
   if (!r) {
     std::fprintf(stderr, "strata replay: %s\n", r.error().message().c_str());

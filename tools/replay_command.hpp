@@ -14,6 +14,8 @@ struct replay_command_options {
   std::string html_out;      // empty: none
   std::string snapshot_out;  // empty: none; the replay's snapshot pickle
   bool quiet = false;
+  bool timeline = false;   // --timeline
+  double gpu_lag_ms = 12;  // --gpu-lag-ms
 };
 
 /// Runs the replay and writes the reports. Returns the exit code: 0 on a

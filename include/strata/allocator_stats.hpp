@@ -15,6 +15,10 @@
 //                                  mapped bytes not covered by active blocks;
 //                                  derived, so their peaks are sampled when
 //                                  pages are mapped and when stats are read
+//   driver                         the allocator's device's driver calls by
+//                                  kind, with their time (device.hpp)
+//   device_wait_ns                 time the allocator's own calls (allocate,
+//                                  free, trim) spent waiting for device work
 // Cost: updates are a few integer operations, no allocation.
 //
 // Thread safety: a plain value; the allocator serializes its own copy and
@@ -26,6 +30,7 @@
 #include <map>
 #include <string>
 
+#include "strata/device.hpp"
 #include "strata/export.hpp"
 
 namespace strata {
@@ -95,6 +100,13 @@ struct STRATA_API allocator_stats {
   std::int64_t num_device_free = 0;
   std::int64_t num_stitches = 0;    // requests backed partly by pages moved from holes
   std::int64_t stitched_bytes = 0;  // bytes of those moved pages
+  /// Waits for device work inside the allocator's calls (events, device
+  /// synchronizations), and their time in ns on the device's host_clock.
+  std::int64_t num_device_waits = 0;
+  std::int64_t device_wait_ns = 0;
+  /// The device's driver calls by kind (the whole device's: the layers
+  /// above that use it are counted too), filled in when stats are read.
+  driver_call_totals driver{};
 
   /// GMLake's fragmentation: 1 - allocated / reserved, of the current
   /// values and of the peaks (0 when nothing is reserved).
@@ -106,7 +118,9 @@ struct STRATA_API allocator_stats {
   /// Every counter by its PyTorch-style name, e.g.
   /// "allocated_bytes.all.current", "num_ooms"; fragmentation as
   /// "fragmentation_ppm.current" and "fragmentation_ppm.peak" (parts per
-  /// million).
+  /// million); driver calls as "driver_calls.<kind>" and
+  /// "driver_time_ns.<kind>" (kinds as driver_call_name names them, and
+  /// "all").
   [[nodiscard]] std::map<std::string, std::int64_t> to_map() const;
 };
 

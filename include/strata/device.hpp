@@ -30,6 +30,8 @@
 // uses it is the caller's error, as in CUDA.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -93,6 +95,38 @@ using host_fn = void (*)(void* arg);
 /// modeled time the stream goes on at (at least `start`). It must not call
 /// into the device.
 using timed_host_fn = double (*)(void* arg, double start);
+
+/// The driver calls a device counts and times (`device::call_totals`): the
+/// virtual memory calls, the event calls and the host's waits for queued
+/// work. These are what an allocator pays on a real GPU (docs/device.md,
+/// "What driver calls cost").
+enum class driver_call : std::uint8_t {
+  reserve,
+  free_reservation,
+  create_pages,
+  release_pages,
+  map,
+  unmap,
+  set_access,
+  record_event,
+  query_event,
+  synchronize_event,
+  stream_wait_event,
+  synchronize_stream,
+  synchronize,
+};
+inline constexpr std::size_t driver_call_kinds = 13;
+
+/// The name of a kind as the stats print it: "map", "set_access", ...
+STRATA_API const char* driver_call_name(driver_call kind) noexcept;
+
+/// Calls of one kind and the time they took, in nanoseconds on the calling
+/// threads' clocks (`device::host_clock`).
+struct driver_call_total {
+  std::uint64_t calls = 0;
+  std::uint64_t ns = 0;
+};
+using driver_call_totals = std::array<driver_call_total, driver_call_kinds>;
 
 /// A GPU, real or simulated. Create with `open_device`.
 class STRATA_API device {
@@ -214,6 +248,22 @@ class STRATA_API device {
   /// Blocks until all work on every stream of the device has finished.
   status synchronize();
 
+  // --- what the driver costs -----------------------------------------------
+
+  /// The calling thread's clock, in seconds, as this device charges time:
+  /// real time on `cuda` and on a `sim` device with data (whose driver
+  /// costs are slept, the ones charged but not yet slept included), the
+  /// thread's modeled clock on a timing-only device. Only differences
+  /// between two readings on one thread mean anything.
+  [[nodiscard]] double host_clock() { return do_host_clock(); }
+
+  /// Every driver call of the kinds in `driver_call` made on this device
+  /// so far, by any thread: how many, and how long they took on their
+  /// threads' `host_clock` (a wait counts the time waited). Cost: one
+  /// relaxed load per counter. Thread safety: any thread; the totals are
+  /// read one by one, so calls racing with the read may be half counted.
+  [[nodiscard]] driver_call_totals call_totals() const noexcept;
+
   // --- modeled time (timing-only devices) ---------------------------------
   //
   // A timing-only device (`timing_only()`) keeps modeled time instead of
@@ -298,6 +348,9 @@ class STRATA_API device {
   /// Implementations set the granularity once, in their constructor.
   void set_granularity(std::size_t bytes) noexcept { granularity_ = bytes; }
 
+  /// The clock `host_clock` reads; by default real (steady) time.
+  virtual double do_host_clock();
+
   /// Modeled time: by default not_supported (a device without it).
   virtual result<double> do_modeled_clock();
   virtual status do_advance_modeled_clock(double seconds);
@@ -343,8 +396,13 @@ class STRATA_API device {
   virtual status do_host_unregister(void* ptr) = 0;
 
   [[nodiscard]] status check_granular(const char* what, std::size_t value) const;
+  // Runs `call` and counts it as a call of `kind` with its time.
+  template <class Call>
+  auto counted(driver_call kind, Call call);
 
   std::size_t granularity_ = 0;
+  std::array<std::atomic<std::uint64_t>, driver_call_kinds> calls_{};
+  std::array<std::atomic<std::uint64_t>, driver_call_kinds> call_ns_{};
 };
 
 /// Opens a device from a spec string:

@@ -372,7 +372,7 @@ TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
   local_comm_options o;
   o.link_gbps = 1;  // 1 MiB all-reduced on 2 ranks: 1 MiB over the link
   o.latency_us = 10;
-  rank_set ranks(2, o, "sim:capacity=256MiB,data=none,tflops=1");
+  rank_set ranks(2, o, "sim:capacity=256MiB,data=none,driver_costs=none,tflops=1");
   ASSERT_TRUE(ranks.dev(0).timing_only());
   const std::size_t n = 1 << 18;
   float* x[2] = {ranks.alloc<float>(0, n), ranks.alloc<float>(1, n)};

@@ -18,7 +18,8 @@ namespace {
 constexpr double gb = 1e9;
 
 struct timing_device {
-  explicit timing_device(const char* spec = "sim:capacity=64MiB,data=none,h2d_gbps=1,tflops=1") {
+  explicit timing_device(
+      const char* spec = "sim:capacity=64MiB,data=none,driver_costs=none,h2d_gbps=1,tflops=1") {
     auto d = open_device(spec);
     EXPECT_TRUE(d.ok()) << d.error().to_string();
     dev = std::move(*d);
@@ -54,7 +55,8 @@ struct timing_device {
 
 // 64 MiB at 10 MB/s is 6.7 modeled seconds, and the call does not take them.
 TEST(ModeledTime, ACopyAdvancesTheModeledClockNotTheWallClock) {
-  timing_device t("sim:capacity=2GiB,data=none,h2d_gbps=0.01,copy_latency_us=100");
+  timing_device t(
+      "sim:capacity=2GiB,data=none,driver_costs=none,h2d_gbps=0.01,copy_latency_us=100");
   EXPECT_EQ(t.clock(), 0.0);
   const auto wall = std::chrono::steady_clock::now();
   ASSERT_TRUE(t.dev

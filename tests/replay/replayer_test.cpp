@@ -79,3 +79,107 @@ TEST(Replayer, BadConfIsAnError) {
 
 }  // namespace
 }  // namespace strata::replay
+
+namespace strata::replay {
+namespace {
+
+// A timed trace: 4 MiB allocated and freed twice, 1 ms apart.
+alloc_trace two_rounds() {
+  alloc_trace t;
+  t.source = "two_rounds";
+  t.format = "test";
+  t.timed = true;
+  constexpr std::uint64_t four = std::uint64_t{4} << 20;
+  std::int64_t ns = 1'000'000'000;  // the file's clock does not start at 0
+  for (int round = 0; round < 2; ++round) {
+    t.ops.push_back({op_kind::alloc, 0x1000, four, 0, trace_op::no_frames, ns});
+    ns += 1'000'000;
+    t.ops.push_back({op_kind::free, 0x1000, four, 0, trace_op::no_frames, ns});
+    ns += 1'000'000;
+  }
+  return t;
+}
+
+// The first allocation creates, maps and opens two pages at the H100's
+// prices (2 x 40.4 us); the rest are cached: no driver call, nothing added.
+TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
+  const alloc_trace t = two_rounds();
+  replay_options o;
+  o.timeline = true;
+  auto r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  const timeline_result& tl = r->timeline;
+  ASSERT_TRUE(tl.on);
+  EXPECT_NEAR(tl.trace_ms, 3.0, 1e-9);
+  EXPECT_NEAR(tl.added_ms, 2 * (9.9 + 1.7 + 28.8) * 1e-3, 1e-6);
+  EXPECT_EQ(tl.second_half_driver_calls, 0U);
+  EXPECT_EQ(tl.second_half_added_fraction(), 0.0);
+  EXPECT_EQ(tl.driver_calls, 7U)
+      << "two reservations (the stream's arenas), a create_pages and a map per page, one "
+         "set_access";
+  const std::string line = timeline_line(tl);
+  EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (2.69%); second "
+                       "half: 0.00%, 0 driver calls",
+                       0),
+            0U)
+      << line;
+  const std::string json = report_json(t, *r);
+  for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0269)",
+                          R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
+  }
+  EXPECT_NE(report_text(t, *r).find(line), std::string::npos);
+}
+
+// With a profiler trace's kernels the GPU runs as recorded: the host's
+// delay is absorbed at the recorded wait, since the GPU was further behind.
+TEST(ReplayTimeline, ADelayTheGpuHidesIsAbsorbedAtTheRecordedWait) {
+  alloc_trace t = two_rounds();
+  const std::int64_t t0 = t.ops.front().time_ns;
+  t.kernels.push_back({t0, t0 + 200'000, 700'000});                  // runs 0.2 to 0.9 ms
+  t.waits.push_back({t0 + 500'000, t0 + 900'000});                   // the host waits for it
+  t.kernels.push_back({t0 + 1'500'000, t0 + 2'000'000, 1'500'000});  // runs 2 to 3.5 ms
+  replay_options o;
+  o.timeline = true;
+  auto r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_NEAR(r->timeline.trace_ms, 3.5, 1e-9);
+  EXPECT_NEAR(r->timeline.added_ms, 0.0, 1e-9) << "the 80.8 us went while the GPU worked";
+  EXPECT_NE(r->timeline.gpu.find("2 kernels"), std::string::npos) << r->timeline.gpu;
+}
+
+TEST(ReplayTimeline, NeedsATimedTraceAndASimDevice) {
+  alloc_trace t = two_rounds();
+  replay_options o;
+  o.timeline = true;
+  o.device = "cuda:0";
+  auto r = replay(t, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("sim device"), std::string::npos) << r.error().message();
+  o.device = "sim:data=host";
+  EXPECT_FALSE(replay(t, o).ok());
+  o.device = "sim";
+  o.gpu_lag_ms = -1;
+  EXPECT_FALSE(replay(t, o).ok());
+  o.gpu_lag_ms = 12;
+  t.timed = false;
+  r = replay(t, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("time of every call"), std::string::npos);
+}
+
+// The bundled snapshots carry time_us: they replay on the timeline.
+TEST(ReplayTimeline, BundledSnapshotsAreTimed) {
+  auto t = read_trace(traces + "cs336_forward_small_cold.pickle", 0);
+  ASSERT_TRUE(t.ok()) << t.error().to_string();
+  EXPECT_TRUE(t->timed);
+  replay_options o;
+  o.timeline = true;
+  auto r = replay(*t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_GT(r->timeline.trace_ms, 0);
+  EXPECT_GT(r->timeline.driver_calls, 0U);
+}
+
+}  // namespace
+}  // namespace strata::replay

@@ -27,7 +27,7 @@ struct modeled_tier {
 
   explicit modeled_tier(std::uint64_t host_capacity) {
     allocator_options a;
-    a.device = "sim:capacity=16MiB,data=none";
+    a.device = "sim:capacity=16MiB,data=none,driver_costs=none";
     alloc = std::make_unique<allocator>(a);
     stream = *alloc->dev().create_stream();
     offload_options o;
@@ -118,7 +118,7 @@ TEST(ResidencyModeledNvme, MisuseIsRefused) {
   auto m = residency_manager::create(data, o);
   EXPECT_EQ(m.code(), errc::invalid_argument);
   EXPECT_NE(m.error().message().find("timing-only"), std::string::npos) << m.error().message();
-  allocator timing(allocator_options{.device = "sim:capacity=16MiB,data=none"});
+  allocator timing(allocator_options{.device = "sim:capacity=16MiB,data=none,driver_costs=none"});
   o.nvme_write_behind = true;
   m = residency_manager::create(timing, o);
   EXPECT_EQ(m.code(), errc::invalid_argument);

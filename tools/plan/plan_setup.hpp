@@ -27,6 +27,10 @@ struct hardware_rates {
   /// CPU Adam, 10^9 parameters per second per node (ZeRO-Offload's
   /// CPU-Adam: about 0.25 s for 10^9 parameters on one server)
   double host_adam_gparams = 4.0;
+  /// Charge the GPU driver's calls (events, memory mapping) what an H100
+  /// measured (docs/device.md); false: they are free (tests that check the
+  /// step's arithmetic).
+  bool driver_costs = true;
 };
 
 struct plan_setup {

@@ -351,7 +351,8 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   // observed ready order once, at the second step, and copy it over.
   o.device = "sim:capacity=" + format_byte_option(buffer + 2 * gradients + params + granularity) +
              ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
-             ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie);
+             ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie) +
+             (r.driver_costs ? "" : ",driver_costs=none");
   o.log_ooms = false;
   // Least waiting: a request grows the device's memory while there is
   // room, and waits for pending frees only when the device is full (the

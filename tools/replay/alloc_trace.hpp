@@ -43,6 +43,7 @@ struct trace_op {
   std::uint64_t size = 0;            // bytes requested (alloc); the block's size (free)
   std::uint64_t stream = 0;          // the recording's stream handle, 0 = default stream
   std::uint32_t frames = no_frames;  // index into alloc_trace::frames
+  std::int64_t time_ns = 0;          // when the recording made the call (alloc_trace::timed)
 };
 
 /// An allocation the recording allocator could not serve: PyTorch's `oom`
@@ -64,6 +65,21 @@ struct unknown_action {
   std::string first;  // where it first appears, as in recorded_failure
 };
 
+/// A GPU kernel of a profiler trace: when the host launched it, when it
+/// started on the GPU and how long it ran (ns, on the file's clock).
+struct gpu_kernel {
+  std::int64_t launch_ns = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t duration_ns = 0;
+};
+
+/// A host wait for queued work in a profiler trace (a synchronize call):
+/// when it began and when it returned (ns, on the file's clock).
+struct host_wait {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
 struct alloc_trace {
   std::string source;           // the file
   std::string format;           // pytorch_snapshot, strata_trace, rmm_csv, lifetime_csv
@@ -77,6 +93,13 @@ struct alloc_trace {
   std::vector<std::vector<std::string>> frames;
   std::vector<recorded_failure> failures;  // in order of before_op
   std::vector<unknown_action> unknown_actions;
+  /// Every op carries the time the recording made it (ns, on the file's
+  /// clock; never decreasing): what `strata replay --timeline` paces by.
+  bool timed = false;
+  /// A profiler trace's GPU kernels, by launch time, and the host's waits
+  /// for them, by start: how far the GPU ran behind (empty otherwise).
+  std::vector<gpu_kernel> kernels;
+  std::vector<host_wait> waits;
 };
 
 /// Counts `name` in `t.unknown_actions` (first seen at `where`).

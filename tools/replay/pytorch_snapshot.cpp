@@ -8,8 +8,10 @@
 // (torch/csrc/cuda/memory_snapshot.cpp): alloc, free_requested,
 // free_completed, segment_alloc, segment_free, segment_map, segment_unmap
 // with addr, size, stream; oom with device_free, size, stream; snapshot and
-// user_defined (markers, no memory effect). Other keys (time_us, frames,
-// compile_context, user_metadata, ...) are ignored; other actions counted.
+// user_defined (markers, no memory effect). time_us, where every replayed
+// event has one, times the ops (alloc_trace::timed); frames name the
+// allocations. Other keys (compile_context, user_metadata, ...) are
+// ignored; other actions counted.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -92,6 +94,7 @@ class snapshot_reader {
     for (std::size_t i = 0; i < events.items().size(); ++i) {
       if (auto s = event(events.items()[i], i); !s) return s;
     }
+    t_.timed = timed_ && !t_.ops.empty();
     for (std::size_t i = 0; i < segments->items().size(); ++i) {
       if (auto s = segment(segments->items()[i], i); !s) return s;
     }
@@ -173,12 +176,33 @@ class snapshot_reader {
     op.addr = *addr;
     op.size = *size;
     op.stream = *s;
+    if (auto st = time_of(e, where, op); !st) return st;
     const auto signed_size = static_cast<std::int64_t>(op.size);
     if (a == "segment_alloc" || a == "segment_map") return add_reserved(signed_size, where);
     if (a == "segment_free" || a == "segment_unmap") return add_reserved(-signed_size, where);
     if (a == "alloc") return alloc(e, op);
     if (a == "free_requested") return free(op, i, where);
     return {};  // free_completed: the block was already replayed as freed
+  }
+
+  // The event's time_us, in ns, into op.time_ns; an event without one
+  // leaves the trace untimed. A time before the last one's counts as the
+  // last one's (the replay's clock never goes back).
+  status time_of(const pickle_value& e, const std::string& where, trace_op& op) {
+    const pickle_value* v = e.get("time_us");
+    if (v == nullptr || !v->is_int()) {
+      timed_ = false;
+      return {};
+    }
+    constexpr std::int64_t max_us = std::numeric_limits<std::int64_t>::max() / 1000;
+    const std::int64_t us = v->as_int();
+    if (us < 0 || us > max_us) {
+      return bad(where, "'time_us' is " + std::to_string(us) + ", expected 0 to " +
+                            std::to_string(max_us));
+    }
+    last_ns_ = std::max(last_ns_, us * 1000);
+    op.time_ns = last_ns_;
+    return {};
   }
 
   status oom(const pickle_value& e, const std::string& where, const std::string& at) {
@@ -202,6 +226,7 @@ class snapshot_reader {
     if (auto old = blocks_.allocate(op)) {
       // The recording lost this block's free (a ring that wrapped): free it here.
       old->kind = op_kind::free;
+      old->time_ns = op.time_ns;
       push_op(*old);
     }
     push_op(op);
@@ -319,6 +344,8 @@ class snapshot_reader {
   std::int64_t high_ = 0;
   std::int64_t end_reserved_ = 0;
   std::vector<std::int64_t> relative_;
+  bool timed_ = true;  // every event so far had a time
+  std::int64_t last_ns_ = 0;
 };
 
 }  // namespace

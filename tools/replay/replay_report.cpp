@@ -1,5 +1,6 @@
 #include "replay_report.hpp"
 
+#include <array>
 #include <cstdio>
 
 #include "strata/json_string.hpp"
@@ -22,7 +23,37 @@ std::string number(double v) {
   return buf;
 }
 
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+constexpr std::array memory_kinds{
+    driver_call::create_pages,    driver_call::release_pages, driver_call::map,
+    driver_call::unmap,           driver_call::set_access,    driver_call::reserve,
+    driver_call::free_reservation};
+
+// "create_pages 4 (39.6 us), map 4 (6.8 us), ...": the memory calls made.
+std::string memory_calls_text(const driver_call_totals& d) {
+  std::string out;
+  for (driver_call k : memory_kinds) {
+    const driver_call_total& t = d[static_cast<std::size_t>(k)];
+    if (t.calls == 0) continue;
+    out += (out.empty() ? "" : ", ") + std::string(driver_call_name(k)) + " " +
+           std::to_string(t.calls) + " (" + fixed(static_cast<double>(t.ns) * 1e-6, 1) + " ms)";
+  }
+  return out.empty() ? "none" : out;
+}
+
 }  // namespace
+
+std::string timeline_line(const timeline_result& t) {
+  return "timeline: allocator added " + fixed(t.added_ms, 1) + " ms over " + fixed(t.trace_ms, 1) +
+         " ms of trace (" + fixed(100 * t.added_fraction(), 2) +
+         "%); second half: " + fixed(100 * t.second_half_added_fraction(), 2) + "%, " +
+         std::to_string(t.second_half_driver_calls) + " driver calls";
+}
 
 std::string printable(std::string_view s) {
   std::string out;
@@ -65,6 +96,9 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   line("allocator time per call", "median " + number(r.cpu_ns_median) + " ns, p99 " +
                                       number(r.cpu_ns_p99) + " ns (" + std::to_string(r.calls) +
                                       " calls)");
+  line("memory driver calls", memory_calls_text(r.driver));
+  line("waits for the device",
+       std::to_string(r.device_waits) + " (" + fixed(r.device_wait_ms, 1) + " ms)");
   if (!trace.failures.empty()) {
     line("recording allocator's OOMs", std::to_string(trace.failures.size()));
     for (const replay_failure& f : r.failures) {
@@ -82,6 +116,12 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
                              printable(u.name) + "' (first at " + u.first + ")");
   }
   line("OOMs", std::to_string(r.ooms.size()));
+  if (r.timeline.on) {
+    line("timeline: the GPU", r.timeline.gpu);
+    line("timeline: memory driver calls",
+         std::to_string(r.timeline.driver_calls) + " (" + fixed(r.timeline.driver_ms, 1) + " ms)");
+    t += timeline_line(r.timeline) + "\n";
+  }
   for (const replay_oom& o : r.ooms) {
     t += "  OOM at event " + std::to_string(o.op) + " (" + format_bytes(o.size) + "):\n    ";
     for (const char c : o.message) {
@@ -116,6 +156,29 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
   field("fragmentation", number(r.fragmentation));
   field("stitches", std::to_string(r.stitches));
   field("stitched_bytes", std::to_string(r.stitched_bytes));
+  std::string driver = "{";
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    driver += std::string(k == 0 ? "" : ",") +
+              json_string(driver_call_name(static_cast<driver_call>(k))) +
+              ":{\"calls\":" + std::to_string(r.driver[k].calls) +
+              ",\"ns\":" + std::to_string(r.driver[k].ns) + "}";
+  }
+  field("driver_calls", driver + "}");
+  field("device_waits", "{\"count\":" + std::to_string(r.device_waits) +
+                            ",\"ms\":" + number(r.device_wait_ms) + "}");
+  if (r.timeline.on) {
+    const timeline_result& tl = r.timeline;
+    field("timeline",
+          "{\"gpu\":" + json_string(tl.gpu) + ",\"trace_ms\":" + number(tl.trace_ms) +
+              ",\"added_ms\":" + number(tl.added_ms) +
+              ",\"added_fraction\":" + number(tl.added_fraction()) +
+              ",\"second_half_added_fraction\":" + number(tl.second_half_added_fraction()) +
+              ",\"second_half_driver_calls\":" + std::to_string(tl.second_half_driver_calls) +
+              ",\"driver_calls\":" + std::to_string(tl.driver_calls) + ",\"driver_ms\":" +
+              number(tl.driver_ms) + ",\"wait_ms\":" + number(tl.wait_ms) + "}");
+  } else {
+    field("timeline", "null");
+  }
   field("cpu_ns_per_call", "{\"median\":" + number(r.cpu_ns_median) +
                                ",\"p99\":" + number(r.cpu_ns_p99) +
                                ",\"calls\":" + std::to_string(r.calls) + "}");

@@ -16,6 +16,10 @@ namespace strata::replay {
 /// from a file, before they reach a terminal).
 [[nodiscard]] std::string printable(std::string_view s);
 
+/// "timeline: allocator added X ms over Y ms of trace (Z%); second half:
+/// Z2%, N driver calls" (N: memory driver calls in the second half).
+[[nodiscard]] std::string timeline_line(const timeline_result& t);
+
 [[nodiscard]] std::string report_text(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_json(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_html(const alloc_trace& trace, const replay_result& r);

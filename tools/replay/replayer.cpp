@@ -21,14 +21,16 @@ class run {
  public:
   run(const alloc_trace& trace, allocator& a) : trace_(trace), a_(a) {}
 
-  // Replays; `on_op` is called after each op with the count so far.
+  // Replays; `on_op` is called after each op with the count so far. With
+  // `pacer`, each op at its recorded time (the seeds before the clock starts).
   template <class OnOp>
-  status go(std::size_t stop_after, bool timed, OnOp on_op) {
+  status go(std::size_t stop_after, bool timed, OnOp on_op, timeline_pacer* pacer = nullptr) {
     for (std::size_t i = 0; i < trace_.seeds.size(); ++i) {
       if (auto st = allocate(trace_.seeds[i], 0, false); !st) {
         return at_event("seed " + std::to_string(i), st);
       }
     }
+    if (pacer != nullptr) pacer->start();
     const std::size_t n = std::min(stop_after, trace_.ops.size());
     std::size_t next_failure = 0;
     const auto ask_failures = [&](std::size_t before) -> status {
@@ -49,12 +51,16 @@ class run {
     for (std::size_t i = 0; i < n; ++i) {
       if (auto st = ask_failures(i); !st) return st;
       const trace_op& op = trace_.ops[i];
+      if (pacer != nullptr) {
+        if (auto st = pacer->before(i); !st) return at_event("event " + std::to_string(i), st);
+      }
       if (op.kind == op_kind::alloc) {
         if (auto st = allocate(op, i, timed); !st)
           return at_event("event " + std::to_string(i), st);
       } else {
         free(op, timed);
       }
+      if (pacer != nullptr) pacer->after(i);
       on_op(i + 1);
     }
     if (n < trace_.ops.size()) return {};
@@ -130,10 +136,15 @@ result<std::unique_ptr<allocator>> make_allocator(const replay_options& o,
                                                   const alloc_trace& trace) {
   allocator_options defaults;
   defaults.device = o.device;
+  if (o.timeline) {
+    auto spec = timeline_device(o.device, o.gpu_lag_ms, trace);
+    if (!spec) return status{errc::invalid_argument, "--device: " + spec.error().message()};
+    defaults.device = *spec;
+  }
   defaults.log_ooms = false;  // the report lists every OOM
   auto options = parse_allocator_conf(o.conf, defaults);
   if (!options) return status{errc::invalid_argument, "--conf: " + options.error().message()};
-  if (options->device != o.device) {
+  if (options->device != defaults.device) {
     return status{errc::invalid_argument, "--conf: give the device with --device, not device:"};
   }
   if (o.snapshot) {
@@ -178,6 +189,11 @@ class progress_bar {
 }  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
+  if (options.timeline && !trace.timed && !trace.ops.empty()) {
+    return status{errc::invalid_argument,
+                  trace.source + ": --timeline needs the time of every call, which this " +
+                      trace.format + " does not record"};
+  }
   auto made = make_allocator(options, trace);
   if (!made) return made.error();
   allocator& a = **made;
@@ -207,9 +223,21 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
     }
     bar.update(done);
   };
-  if (auto s = first.go(n, true, sample); !s) return s;
+  std::unique_ptr<timeline_pacer> pacer;
+  if (options.timeline)
+    pacer = std::make_unique<timeline_pacer>(a.dev(), trace, options.gpu_lag_ms);
+  if (auto s = first.go(n, true, sample, pacer.get()); !s) return s;
   if (n == 0) sample(0);
   const allocator_stats end = a.counters();
+  r.device_waits = end.num_device_waits;
+  r.device_wait_ms = static_cast<double>(end.device_wait_ns) * 1e-6;
+  r.driver = end.driver;
+  if (pacer != nullptr) {
+    auto t = pacer->finish();
+    if (!t) return status{t.error().code(), trace.source + ": " + t.error().message()};
+    r.timeline = *t;
+    r.timeline.wait_ms = r.device_wait_ms;
+  }
   r.events = trace.seeds.size() + n;
   r.peak_allocated = static_cast<std::uint64_t>(end.allocated_bytes[pool_all].peak);
   r.peak_reserved = static_cast<std::uint64_t>(end.reserved_bytes[pool_all].peak);

@@ -22,6 +22,7 @@
 
 #include "alloc_trace.hpp"
 #include "strata/strata.hpp"
+#include "timeline.hpp"
 
 namespace strata::replay {
 
@@ -37,6 +38,12 @@ struct replay_options {
   /// snapshot pickle (replay_result::snapshot_pickle). Every call then takes
   /// the allocator's locked path, so time per call is not comparable.
   bool snapshot = false;
+  /// Pace the replay by the trace's recorded times on a timing-only sim
+  /// device with the GPU behind (timeline.hpp), and say what the
+  /// allocator added (replay_result::timeline). Needs a timed trace.
+  bool timeline = false;
+  /// How far the GPU runs behind the host when the trace has no kernels.
+  double gpu_lag_ms = 12;
 };
 
 struct replay_sample {
@@ -90,6 +97,10 @@ struct replay_result {
   std::vector<arena_pages> page_map_at_peak;
   std::vector<live_block> largest_at_peak;  // up to ten
   std::string snapshot_pickle;              // with replay_options::snapshot
+  timeline_result timeline;                 // with replay_options::timeline
+  std::int64_t device_waits = 0;            // the allocator's waits for device work
+  double device_wait_ms = 0;                // and their time
+  driver_call_totals driver{};              // the device's driver calls
 };
 
 /// Replays `trace`. Errors, each naming its cause: "--device: ..." or

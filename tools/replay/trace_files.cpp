@@ -219,6 +219,7 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
   block_ledger blocks;
   const std::string_view key = R"({"time_ns":)";
   std::size_t index = 0;
+  std::int64_t last_ns = 0;  // times never go back (see alloc_trace::timed)
   const auto bad = [&](const std::string& what) {
     return status{errc::invalid_argument,
                   source + ": event " + std::to_string(index) + ": " + what};
@@ -246,6 +247,9 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
     op.addr = addr;
     op.size = size;
     op.stream = stream;
+    last_ns =
+        std::max(last_ns, static_cast<std::int64_t>(std::min<unsigned long long>(time, INT64_MAX)));
+    op.time_ns = last_ns;
     const std::string_view a = action;
     const std::string where = "event " + std::to_string(index);
     if (a == "alloc") {
@@ -270,6 +274,7 @@ result<alloc_trace> read_strata_trace_json(std::string_view text, const std::str
   if (index == 0 && text.find(R"("events":[)") == std::string_view::npos) {
     return status{errc::invalid_argument, source + ": not a Strata trace (no \"events\")"};
   }
+  t.timed = !t.ops.empty();
   return t;
 }
 

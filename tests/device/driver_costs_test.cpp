@@ -1,0 +1,144 @@
+// What driver calls cost on the sim device (docs/device.md, "What driver
+// calls cost"): the H100's measured prices by default, charged on the
+// modeled clock of a timing-only device and slept on a device with data;
+// every call counted with its time; and a GPU that runs behind the host, so
+// that a host wait for queued work costs what it costs on a GPU.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+
+#include "strata/device.hpp"
+
+namespace strata::testing {
+namespace {
+
+constexpr std::size_t page = std::size_t{2} << 20;
+
+std::unique_ptr<device> open_ok(const char* spec) {
+  auto d = open_device(spec);
+  EXPECT_TRUE(d.ok()) << d.error().to_string();
+  return d.ok() ? std::move(*d) : nullptr;
+}
+
+double clock_of(device& d) {
+  auto c = d.modeled_clock();
+  EXPECT_TRUE(c.ok()) << c.error().to_string();
+  return c.ok() ? *c : -1;
+}
+
+const driver_call_total& total(const driver_call_totals& t, driver_call k) {
+  return t[static_cast<std::size_t>(k)];
+}
+
+// Mapping 4 pages costs the calibrated per-2-MiB prices on the thread's
+// modeled clock, and each call is counted with exactly that time.
+TEST(DriverCosts, VirtualMemoryCallsChargeTheH100sPricesPerPage) {
+  auto d = open_ok("sim:capacity=64MiB,data=none");
+  ASSERT_NE(d, nullptr);
+  auto base = d->reserve(4 * page);
+  ASSERT_TRUE(base.ok());
+  const double start = clock_of(*d);
+  auto run = d->create_pages(4 * page);
+  ASSERT_TRUE(run.ok());
+  EXPECT_NEAR(clock_of(*d) - start, 4 * 9.9e-6, 1e-12);
+  ASSERT_TRUE(d->map(*base, 4 * page, *run, 0).ok());
+  ASSERT_TRUE(d->set_access(*base, 4 * page).ok());
+  EXPECT_NEAR(clock_of(*d) - start, 4 * (9.9e-6 + 1.7e-6 + 28.8e-6), 1e-12);
+  ASSERT_TRUE(d->unmap(*base, 4 * page).ok());
+  ASSERT_TRUE(d->release_pages(*run).ok());
+  EXPECT_NEAR(clock_of(*d) - start, 4 * (9.9e-6 + 1.7e-6 + 28.8e-6 + 18.0e-6 + 10.3e-6), 1e-12);
+
+  const driver_call_totals t = d->call_totals();
+  EXPECT_EQ(total(t, driver_call::create_pages).calls, 1U);
+  EXPECT_EQ(total(t, driver_call::map).calls, 1U);
+  EXPECT_EQ(total(t, driver_call::set_access).calls, 1U);
+  EXPECT_EQ(total(t, driver_call::unmap).calls, 1U);
+  EXPECT_EQ(total(t, driver_call::release_pages).calls, 1U);
+  EXPECT_EQ(total(t, driver_call::reserve).calls, 1U);
+  EXPECT_NEAR(static_cast<double>(total(t, driver_call::set_access).ns), 4 * 28'800, 1);
+  EXPECT_NEAR(static_cast<double>(total(t, driver_call::unmap).ns), 4 * 18'000, 1);
+}
+
+// Each key sets its price; driver_costs=none zeroes those not given; a
+// call on less than 2 MiB still costs one unit.
+TEST(DriverCosts, KeysSetThePricesAndNoneTurnsTheRestOff) {
+  auto d = open_ok("sim:capacity=64MiB,granularity=64KiB,data=none,driver_costs=none,map_us=5");
+  ASSERT_NE(d, nullptr);
+  auto base = d->reserve(page);
+  auto run = d->create_pages(page);
+  ASSERT_TRUE(base.ok() && run.ok());
+  EXPECT_EQ(clock_of(*d), 0.0) << "create_pages is free with driver_costs=none";
+  ASSERT_TRUE(d->map(*base, 65536, *run, 0).ok());
+  EXPECT_NEAR(clock_of(*d), 5e-6, 1e-12) << "64 KiB is charged as one 2 MiB unit";
+  ASSERT_TRUE(d->map(*base + page / 2, page / 2, *run, page / 2).ok());
+  EXPECT_NEAR(clock_of(*d), 10e-6, 1e-12);
+  EXPECT_FALSE(open_device("sim:driver_costs=free").ok());
+  EXPECT_FALSE(open_device("sim:map_us=-1").ok());
+  EXPECT_FALSE(open_device("sim:set_access_us=1e9").ok());
+}
+
+// Events cost their calibrated price; a GPU 12 ms behind completes an event
+// 12 ms after the host recorded it: a query before then says no, and a
+// wait moves the host's clock there.
+TEST(DriverCosts, AGpuThatRunsBehindMakesAWaitCostTheLag) {
+  auto d = open_ok("sim:capacity=64MiB,data=none,gpu_lag_us=12000");
+  ASSERT_NE(d, nullptr);
+  auto s = d->create_stream();
+  auto e = d->create_event();
+  ASSERT_TRUE(s.ok() && e.ok());
+  ASSERT_TRUE(d->record_event(*e, *s).ok());
+  EXPECT_NEAR(clock_of(*d), 0.15e-6, 1e-12);
+  auto done = d->query_event(*e);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(done.yes()) << "the GPU is 12 ms behind";
+  EXPECT_NEAR(clock_of(*d), 0.28e-6, 1e-12);
+  ASSERT_TRUE(d->synchronize_event(*e).ok());
+  EXPECT_NEAR(clock_of(*d), 12e-3, 1e-12) << "the wait lasted until the GPU got there";
+  done = d->query_event(*e);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done.yes());
+  const driver_call_totals t = d->call_totals();
+  EXPECT_EQ(total(t, driver_call::query_event).calls, 2U);
+  EXPECT_EQ(total(t, driver_call::synchronize_event).calls, 1U);
+  EXPECT_NEAR(static_cast<double>(total(t, driver_call::synchronize_event).ns), 12e6 - 280, 2);
+}
+
+// On a device with data the prices are slept: the calling thread's
+// host_clock moves by them at once, real time follows within a millisecond.
+TEST(DriverCosts, ADeviceWithDataSleepsThePrices) {
+  auto d = open_ok("sim:capacity=256MiB,set_access_us=1000");
+  ASSERT_NE(d, nullptr);
+  auto base = d->reserve(32 * page);
+  auto run = d->create_pages(32 * page);
+  ASSERT_TRUE(base.ok() && run.ok());
+  ASSERT_TRUE(d->map(*base, 32 * page, *run, 0).ok());
+  const auto wall = std::chrono::steady_clock::now();
+  const double before = d->host_clock();
+  ASSERT_TRUE(d->set_access(*base, 32 * page).ok());
+  EXPECT_GE(d->host_clock() - before, 32e-3);
+  EXPECT_GE(std::chrono::steady_clock::now() - wall, std::chrono::milliseconds(31));
+  EXPECT_GE(total(d->call_totals(), driver_call::set_access).ns, 32'000'000U);
+}
+
+// A GPU behind the host on a device with data: queued work runs no earlier
+// than the lag after it was queued, in real time.
+TEST(DriverCosts, ALaggingDeviceWithDataHoldsQueuedWorkBack) {
+  auto d = open_ok("sim:capacity=64MiB,gpu_lag_us=20000");
+  ASSERT_NE(d, nullptr);
+  auto s = d->create_stream();
+  ASSERT_TRUE(s.ok());
+  const auto wall = std::chrono::steady_clock::now();
+  ASSERT_TRUE(d->synchronize_stream(*s).ok()) << "an empty stream is done at once";
+  auto e = d->create_event();
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE(d->record_event(*e, *s).ok());
+  auto done = d->query_event(*e);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(done.yes());
+  ASSERT_TRUE(d->synchronize_event(*e).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - wall, std::chrono::milliseconds(19));
+}
+
+}  // namespace
+}  // namespace strata::testing

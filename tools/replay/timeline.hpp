@@ -1,0 +1,107 @@
+// `strata replay --timeline`: the replay paced by the trace's own clock on
+// a timing-only sim device, with the GPU running behind the host, so that
+// what the allocator costs a training job shows as time (docs/replay.md,
+// "Timeline").
+//
+// The model: the program makes each allocator call at its recorded time
+// plus the delay so far; a call's modeled cost (driver calls at their
+// measured price, host waits for queued work until the device's modeled
+// clock gets there) adds to the delay, which every later call inherits.
+// The GPU runs behind the host: by the recorded kernels of a profiler trace
+// (each starts no earlier than it did, nor than its delayed launch, nor
+// than its predecessor's delayed end) or, without them, by a fixed lag
+// (sim key gpu_lag_us). A host wait the recording made (a synchronize)
+// ends when the delayed GPU work it waited for ends, so a delay the GPU
+// could hide is absorbed there.
+//
+// Thread safety: one pacer per replay thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alloc_trace.hpp"
+#include "strata/device.hpp"
+
+namespace strata::replay {
+
+/// What the allocator added to the trace's time.
+struct timeline_result {
+  bool on = false;
+  std::string gpu;  // how the GPU runs behind: "lag 12 ms" or "N recorded kernels"
+  double trace_ms = 0;
+  double added_ms = 0;
+  double second_half_trace_ms = 0;
+  double second_half_added_ms = 0;
+  std::uint64_t driver_calls = 0;  // memory driver calls (reserve ... set_access)
+  std::uint64_t second_half_driver_calls = 0;
+  double driver_ms = 0;  // their time
+  double wait_ms = 0;    // the host's waits for queued work (event and stream synchronizations)
+
+  [[nodiscard]] double added_fraction() const { return trace_ms > 0 ? added_ms / trace_ms : 0; }
+  [[nodiscard]] double second_half_added_fraction() const {
+    return second_half_trace_ms > 0 ? second_half_added_ms / second_half_trace_ms : 0;
+  }
+};
+
+/// The device spec a timeline replays on: `spec` (a sim device) made
+/// timing only, with the GPU `gpu_lag_ms` behind unless the trace has
+/// kernels. Errors: invalid_argument for a device other than sim, or a sim
+/// device with data.
+result<std::string> timeline_device(const std::string& spec, double gpu_lag_ms,
+                                    const alloc_trace& trace);
+
+class timeline_pacer {
+ public:
+  /// `dev` is the timing-only device the replay allocates on; the trace's
+  /// kernels run on its default stream, in launch order (a profiler trace
+  /// with kernels on several streams is serialized onto one).
+  timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms);
+
+  /// Starts the clock (after the seeds): the trace's first op is now.
+  void start();
+  /// Before op `i`: queues the kernels launched and replays the waits made
+  /// before it, then moves the host to the op's recorded time plus the delay.
+  status before(std::size_t i);
+  /// After op `i`: what the call took beyond its recorded time is delay.
+  void after(std::size_t i);
+  /// After the last op: the kernels and waits after it, then the totals.
+  result<timeline_result> finish();
+
+ private:
+  [[nodiscard]] double trace_s(std::int64_t ns) const {
+    return static_cast<double>(ns - t0_) * 1e-9;
+  }
+  // A recorded kernel in modeled time (see run_kernel in timeline.cpp).
+  struct modeled_kernel {
+    double start;
+    double duration;
+  };
+
+  status advance_to(double trace_seconds);
+  // Queues the kernels launched, and replays the waits begun, up to `ns`.
+  status queue_until(std::int64_t ns);
+  status replay_wait(const host_wait& w);
+  void mark_half();
+
+  device& dev_;
+  const alloc_trace& trace_;
+  double lag_ms_;
+  std::int64_t t0_ = 0;
+  std::int64_t end_ns_ = 0;  // the last op, or the last kernel's end if later
+  std::int64_t half_ns_ = 0;
+  double base_ = 0;   // the modeled time of the trace's first op
+  double delay_ = 0;  // seconds the host runs behind the recording
+  std::size_t next_kernel_ = 0;
+  std::size_t next_wait_ = 0;
+  bool half_marked_ = false;
+  double half_delay_ = 0;
+  std::uint64_t half_calls_ = 0;
+  std::uint64_t start_calls_ = 0;
+  double start_call_s_ = 0;
+  std::vector<modeled_kernel> kernels_;  // reserved up front: launched ones are pointed at
+};
+
+}  // namespace strata::replay
