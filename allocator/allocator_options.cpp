@@ -92,9 +92,10 @@ const std::array<spec, 31> table{{
      [](allocator_options& o) -> option_field { return &o.report_on_exit; }},
     {flag("wait_before_grow",
           "when a request needs pages and freed memory is still waiting on events (frees "
-          "pending on other streams, pages with queued work), wait for it before creating new "
-          "pages (`true`: least memory), or create first and wait only when the device is full "
-          "(`false`: least waiting)"),
+          "pending on other streams, pages another stream's queued work holds), wait for it "
+          "before creating new pages (`true`: least memory, a host wait of up to the GPU's lag), "
+          "or create first and wait only when the device is full (`false`: no host wait where "
+          "growing is possible)"),
      [](allocator_options& o) -> option_field { return &o.wait_before_grow; }},
     {bytes_or_none("host_capacity", 0,
                    "offload tiers: the most pinned host memory the residency manager's host "

@@ -30,6 +30,8 @@ const char* state_name(const block_info& b) {
       return "allocated";
     case block_state::pending:
       return "pending_free";
+    case block_state::shadow:
+      return "shadow";
   }
   return "?";
 }
@@ -141,7 +143,7 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
   std::snprintf(waits, sizeof waits, "Waits for the device: %lld, %.1f ms",
                 static_cast<long long>(st.num_device_waits),
                 static_cast<double>(st.device_wait_ns) * 1e-6);
-  std::snprintf(line, sizeof line, "| %-36s | %-36s |\n", vm, waits);
+  std::snprintf(line, sizeof line, "| %-36.36s | %-36.36s |\n", vm, waits);
   o << line << '|' << thick.substr(2) << "|\n";
   return o.str();
 }
@@ -174,14 +176,13 @@ std::string caching_allocator::snapshot_json() {
       const block_info& b = it->second;
       o << (first ? "" : ",") << R"({"address":)" << hex(it->first) << R"(,"size":)" << b.size
         << R"(,"state":")" << state_name(b) << '"';
-      if (b.state != block_state::free) {
+      const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
+      if (in_use) {
         o << ",\"requested\":"
           << (b.holder != nullptr ? b.holder->slot().requested.load(std::memory_order_relaxed)
                                   : b.requested);
       }
-      const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
-                          ? a.slab_of(it->first)
-                          : nullptr;
+      const slab* s = a.kind() == pool_kind::small && in_use ? a.slab_of(it->first) : nullptr;
       if (s != nullptr) {
         o << R"(,"slab":{"object_size":)" << s->object_size << R"(,"objects":)" << s->capacity
           << R"(,"free":)" << s->free_count << "}";
@@ -217,7 +218,8 @@ std::vector<arena_pages> caching_allocator::page_map() {
     }
     for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
       const block_info& b = it->second;
-      if (b.state == block_state::free || is_parked(b)) continue;
+      const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
+      if (!in_use || is_parked(b)) continue;
       for (std::size_t i = a.page_of(it->first);
            i <= a.page_of(it->first + b.size - 1) && i < m.pages.size(); ++i) {
         m.pages[i] = 2;
@@ -273,7 +275,7 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
   r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
   std::size_t may_create = pages_.limit() > r.reserved ? pages_.limit() - r.reserved : 0;
   if (r.device_free_known) may_create = std::min(may_create, r.device_free);
-  r.idle = pages_.pool_pages() * pages_.granularity();
+  r.idle = pages_.idle_pages() * pages_.granularity();
   r.obtainable = r.idle + may_create;
 
   std::vector<oom_report::live_block> live;

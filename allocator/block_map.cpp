@@ -7,7 +7,8 @@
 namespace strata {
 
 block_map::block_map(std::uintptr_t base, std::size_t size) : base_(base), size_(size) {
-  auto it = blocks_.emplace(base, block_info{size, 0, block_state::free, false, nullptr}).first;
+  auto it =
+      blocks_.emplace(base, block_info{size, 0, block_state::free, false, nullptr, false}).first;
   insert_free(it);
 }
 
@@ -78,10 +79,113 @@ block_map::iterator block_map::allocate(iterator it, std::size_t bytes, std::siz
   return it;
 }
 
+void block_map::fence(iterator it) {
+  it->second.fence = true;
+  fences_.insert(it->first);
+}
+
+void block_map::fence_at(std::uintptr_t addr) {
+  auto it = find_containing(addr);
+  if (it->first != addr) {
+    assert(it->second.state == block_state::free);
+    erase_free(it);
+    auto rest = blocks_.emplace_hint(std::next(it), addr,
+                                     block_info{it->first + it->second.size - addr, 0,
+                                                block_state::free, it->second.mapped, nullptr});
+    it->second.size = addr - it->first;
+    insert_free(it);
+    insert_free(rest);
+    it = rest;
+  }
+  fence(it);
+}
+
+void block_map::drop_fence(std::uintptr_t addr) {
+  if (fences_.erase(addr) == 0) return;
+  auto it = blocks_.find(addr);
+  it->second.fence = false;
+  if (it == blocks_.begin() || it->second.state != block_state::free) return;
+  auto prev = std::prev(it);
+  if (prev->second.state != block_state::free) return;
+  erase_free(prev);
+  erase_free(it);
+  prev->second.size += it->second.size;
+  prev->second.mapped = prev->second.mapped && it->second.mapped;
+  blocks_.erase(it);
+  insert_free(prev);
+}
+
+std::uintptr_t block_map::prev_fence(std::uintptr_t addr) const {
+  auto f = fences_.upper_bound(addr);
+  return f == fences_.begin() ? base_ : *std::prev(f);
+}
+
+std::uintptr_t block_map::next_fence(std::uintptr_t addr) const {
+  auto f = fences_.upper_bound(addr);
+  return f == fences_.end() ? base_ + size_ : *f;
+}
+
 block_map::iterator block_map::find_in_use(std::uintptr_t addr) {
   auto it = blocks_.find(addr);
-  if (it == blocks_.end() || it->second.state == block_state::free) return blocks_.end();
+  if (it == blocks_.end() || it->second.state == block_state::free ||
+      it->second.state == block_state::shadow) {
+    return blocks_.end();
+  }
   return it;
+}
+
+void block_map::shadow(std::uintptr_t addr, std::size_t bytes) {
+  const std::uintptr_t end = addr + bytes;
+  auto it = std::prev(blocks_.upper_bound(addr));
+  // The range is free, in one free block or several split by fences.
+  while (it != blocks_.end() && it->first < end) {
+    assert(it->second.state == block_state::free);
+    erase_free(it);
+    const bool mapped = it->second.mapped;
+    if (it->first < addr) {
+      const std::size_t head = addr - it->first;
+      auto rest = blocks_.emplace_hint(
+          std::next(it), addr,
+          block_info{it->second.size - head, 0, block_state::free, mapped, nullptr});
+      it->second.size = head;
+      insert_free(it);
+      it = rest;
+    }
+    if (it->first + it->second.size > end) {
+      auto tail = blocks_.emplace_hint(
+          std::next(it), end,
+          block_info{it->first + it->second.size - end, 0, block_state::free, mapped, nullptr});
+      insert_free(tail);
+      it->second.size = end - it->first;
+    }
+    it->second.state = block_state::shadow;
+    it->second.mapped = true;
+    ++it;
+  }
+}
+
+void block_map::unshadow(std::uintptr_t addr, std::size_t bytes) {
+  const std::uintptr_t end = addr + bytes;
+  auto it = std::prev(blocks_.upper_bound(addr));
+  while (it != blocks_.end() && it->first < end) {
+    assert(it->second.state == block_state::shadow);
+    // Parts of the shadow block outside [addr, end) stay shadows.
+    if (it->first < addr) {
+      auto rest = blocks_.emplace_hint(
+          std::next(it), addr,
+          block_info{it->second.size - (addr - it->first), 0, block_state::shadow, true, nullptr});
+      it->second.size = addr - it->first;
+      it = rest;
+    }
+    if (it->first + it->second.size > end) {
+      blocks_.emplace_hint(
+          std::next(it), end,
+          block_info{it->first + it->second.size - end, 0, block_state::shadow, true, nullptr});
+      it->second.size = end - it->first;
+    }
+    it->second.mapped = true;
+    it = std::next(release(it));  // the merged free block's successor is not free
+  }
 }
 
 block_map::iterator block_map::release(iterator it) {
@@ -89,13 +193,14 @@ block_map::iterator block_map::release(iterator it) {
   it->second.state = block_state::free;
   it->second.requested = 0;
   it->second.holder = nullptr;
-  if (auto next = std::next(it); next != blocks_.end() && next->second.state == block_state::free) {
+  if (auto next = std::next(it);
+      next != blocks_.end() && next->second.state == block_state::free && !next->second.fence) {
     erase_free(next);
     it->second.size += next->second.size;
     it->second.mapped = it->second.mapped && next->second.mapped;
     blocks_.erase(next);
   }
-  if (it != blocks_.begin()) {
+  if (it != blocks_.begin() && !it->second.fence) {
     if (auto prev = std::prev(it); prev->second.state == block_state::free) {
       erase_free(prev);
       prev->second.size += it->second.size;

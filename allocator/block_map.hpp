@@ -2,9 +2,13 @@
 // split and coalesce.
 //
 // The address space [base, base+size) is tiled by blocks, each free,
-// allocated (handed to a caller) or pending (freed by the caller but waiting
-// on events before reuse). Free blocks never touch each other: a freed block
-// merges with free neighbours at once.
+// allocated (handed to a caller), pending (freed by the caller but waiting
+// on events before reuse) or shadow (whole pages whose bytes are live at
+// another mapping of theirs: see page_table). Free blocks never touch each
+// other: a freed block merges with free neighbours at once, except across a
+// fence. A fence is a permanent boundary: the start of a range backed by
+// pages stitched in from elsewhere, which no block may share with another
+// mapping of the same page (page_supply sets them).
 //
 // Each free block carries `mapped`: every page overlapping the block is
 // mapped, so allocating from it needs no page work. A conservative flag:
@@ -27,17 +31,19 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory_resource>
+#include <set>
 #include <utility>
 
 namespace strata {
 
 class thread_cache;
 
-enum class block_state : std::uint8_t { free, allocated, pending };
+enum class block_state : std::uint8_t { free, allocated, pending, shadow };
 
 struct block_info {
   std::size_t size = 0;
@@ -47,6 +53,7 @@ struct block_info {
   // allocated: the thread cache whose large slot holds the block (parked or
   // lent), else null. Read and written under the owner's lock.
   thread_cache* holder = nullptr;
+  bool fence = false;  // a fence at the block's start: it never merges with the block before
 };
 
 class block_map {
@@ -69,6 +76,29 @@ class block_map {
 
   /// The allocated or pending block starting at `addr`, or end().
   iterator find_in_use(std::uintptr_t addr);
+  /// The block holding address `addr` (which must lie in the range).
+  iterator find_containing(std::uintptr_t addr) { return std::prev(blocks_.upper_bound(addr)); }
+
+  /// Puts a fence at the start of block `it`.
+  void fence(iterator it);
+  /// Puts a fence at `addr`, in free space or at a block's start (a free
+  /// block is split there).
+  void fence_at(std::uintptr_t addr);
+  /// The fences, in address order.
+  [[nodiscard]] const std::pmr::set<std::uintptr_t>& fences() const noexcept { return fences_; }
+  /// Lifts the fence at `addr`, merging the free blocks on its two sides.
+  void drop_fence(std::uintptr_t addr);
+  /// The last fence at or before `addr`, or the start of the range.
+  [[nodiscard]] std::uintptr_t prev_fence(std::uintptr_t addr) const;
+  /// The first fence after `addr`, or the end of the range.
+  [[nodiscard]] std::uintptr_t next_fence(std::uintptr_t addr) const;
+
+  /// Shadows [addr, addr+bytes), which is free (one free block, or several
+  /// split by fences): it is neither free nor in use until unshadow().
+  void shadow(std::uintptr_t addr, std::size_t bytes);
+  /// Frees [addr, addr+bytes), which shadow blocks cover, merging with free
+  /// neighbours (its pages are mapped).
+  void unshadow(std::uintptr_t addr, std::size_t bytes);
 
   /// Marks an allocated block pending (freed, waiting on events).
   static void set_pending(iterator it) { it->second.state = block_state::pending; }
@@ -109,6 +139,7 @@ class block_map {
   std::array<bucket, buckets> free_{make_buckets(&pool_, std::make_index_sequence<buckets>{})};
   std::uint64_t nonempty_ = 0;  // bit b: bucket b holds a block
   std::size_t mapped_free_ = 0;
+  std::pmr::set<std::uintptr_t> fences_{&pool_};
 };
 
 }  // namespace strata

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <new>
 
@@ -47,10 +49,15 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
       events_(*dev_),
       trace_(static_cast<std::size_t>(options_.trace_buffer),
              static_cast<std::size_t>(options_.trace_frames)),
-      // Twice the device's pages of address space per arena (at least 64).
+      // Twice the device's pages of address space for a small arena (at
+      // least 64), eight times for a large one: every stitch keeps its
+      // mappings, fenced off in the address space.
       streams_(
           *dev_, events_,
           std::max<std::size_t>(2 * ((total + dev_->granularity() - 1) / dev_->granularity()), 64) *
+              dev_->granularity(),
+          std::max<std::size_t>(8 * ((total + dev_->granularity() - 1) / dev_->granularity()),
+                                256) *
               dev_->granularity(),
           dev_->granularity()),
       pages_(*dev_, events_, streams_, stats_, trace_,
@@ -126,29 +133,44 @@ attempt<slab*> caching_allocator::new_slab(stream_state& st, std::uint32_t cls) 
   return s;
 }
 
+block_map::iterator caching_allocator::take(stream_arena& arena, block_map::iterator it,
+                                            std::size_t size, std::size_t requested) {
+  it = arena.blocks().allocate(it, size, requested);
+  pages_.block_live(arena, it->first, size);
+  return it;
+}
+
 attempt<block_map::iterator> caching_allocator::place(stream_state& st, stream_arena& arena,
                                                       std::size_t size, std::size_t requested) {
   bool may_grow = !options_.wait_before_grow;
+  pages_.settle();
   for (int round = 0; round < 16; ++round) {
     auto it = arena.blocks().first_fit(size);
-    if (it == arena.blocks().end()) break;  // the arena's address space is exhausted
-    const bool mapped = it->second.mapped;
-    it = arena.blocks().allocate(it, size, requested);
-    if (mapped) return it;  // fast path: a cached block
-    status backed = pages_.back_range(arena, it->first, size, may_grow);
-    if (backed.ok()) return it;
-    // Never used, so nothing is queued on it; some of its pages may be unmapped.
-    arena.blocks().set_mapped(arena.blocks().release(it), false);
-    if (backed.code() != errc::out_of_memory) return backed;
-    auto progressed = relieve_shortage(may_grow);
-    if (!progressed.ok()) return progressed.error();
-    if (progressed.yes()) {
-      ++stats_.num_alloc_retries;  // memory came back from pending frees: try again
-    } else if (may_grow) {
-      break;
-    } else {
-      may_grow = true;  // nothing to wait for: growing is the next step, not a retry
+    if (it == arena.blocks().end()) {
+      // The arena's address space is spent (every stitch keeps its
+      // mappings): give back the mappings no block uses, then look again.
+      if (pages_.unmap_unused(arena) == 0) break;
+      it = arena.blocks().first_fit(size);
+      if (it == arena.blocks().end()) break;
     }
+    if (!it->second.mapped) {
+      // Backing maps pages only: the block map, and `it`, stay as they are.
+      status backed = pages_.back_range(arena, it->first, size, may_grow);
+      if (!backed.ok()) {
+        if (backed.code() != errc::out_of_memory) return backed;
+        auto progressed = relieve_shortage(may_grow);
+        if (!progressed.ok()) return progressed.error();
+        if (progressed.yes()) {
+          ++stats_.num_alloc_retries;  // memory came back from pending frees: try again
+        } else if (may_grow) {
+          break;
+        } else {
+          may_grow = true;  // nothing to wait for: growing is the next step, not a retry
+        }
+        continue;
+      }
+    }
+    return take(arena, it, size, requested);
   }
   return attempt<block_map::iterator>(build_oom_report(requested, st.stream));
 }
@@ -171,6 +193,7 @@ void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab
   const std::size_t bytes = classes_.slab_bytes(s.size_class);
   arena.set_slab(s.base, bytes, nullptr);
   arena.mark_freed(s.base, bytes);
+  pages_.block_dead(arena, s.base, bytes);
   arena.blocks().release(arena.blocks().find_in_use(s.base));
   delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
 }
@@ -338,6 +361,7 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   stats_.active_bytes.add(pool, -static_cast<std::int64_t>(b.size));
   if (trace_.on()) trace_.record(trace_action::free_completed, addr, b.requested, st.stream.native);
   arena.mark_freed(it->first, b.size);
+  pages_.block_dead(arena, it->first, b.size);
   arena.blocks().release(it);
   pages_.release_above(options_.release_threshold);
 }

@@ -56,10 +56,10 @@
 #include "oom_report.hpp"
 #include "page_supply.hpp"
 #include "pressure_handlers.hpp"
-#include "stats_sources.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
 #include "spin_mutex.hpp"
+#include "stats_sources.hpp"
 #include "strata/allocator_options.hpp"
 #include "strata/allocator_stats.hpp"
 #include "strata/device.hpp"
@@ -239,6 +239,10 @@ class caching_allocator {
   // pages, walking the shortage chain when pages are short.
   attempt<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
                                      std::size_t requested);
+  // Marks free block `it` of `arena` allocated with `size` bytes for
+  // `requested` and its pages live.
+  block_map::iterator take(stream_arena& arena, block_map::iterator it, std::size_t size,
+                           std::size_t requested);
   status defer_free(const located& where, stream_handle free_stream, bool device_wide);
   void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
   static void unlink_slab(stream_state& st, slab& s);

@@ -125,6 +125,7 @@ bool caching_allocator::reclaim_parked(thread_cache& tc) {
   stream_arena& arena = *streams_.find(tc.stream())->large;
   auto it = arena.blocks().find_in_use(ls.addr);
   arena.mark_freed(it->first, it->second.size);
+  pages_.block_dead(arena, it->first, it->second.size);
   arena.blocks().release(it);
   return true;
 }

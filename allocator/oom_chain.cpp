@@ -32,11 +32,11 @@ void caching_allocator::unpark(thread_cache& tc) {
   located where;
   where.owner = &st;
   where.arena = st.large.get();
-  where.block = st.large->blocks().find_in_use(ls.addr);
+  where.block = where.arena->blocks().find_in_use(ls.addr);
   where.block->second.holder = nullptr;
   where.block->second.requested = requested;
   count_free_request(where);
-  finish_free(st, *st.large, ls.addr);
+  finish_free(st, *where.arena, ls.addr);
 }
 
 result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size_t bytes,
@@ -95,9 +95,10 @@ yes_no caching_allocator::relieve_shortage(bool pressure) {
 }
 
 bool caching_allocator::anything_waiting() {
-  if (!frees_.empty()) return true;
-  return std::any_of(streams_.arenas().begin(), streams_.arenas().end(),
-                     [](const stream_arena* a) { return a->has_busy_epochs(); });
+  // Pending frees, or idle pages another stream's work still holds: only
+  // these can give memory back by waiting (a stream's own freed pages are
+  // reusable on it at once).
+  return !frees_.empty() || pages_.waiting_on_epochs();
 }
 
 yes_no caching_allocator::reclaim_completed() {

@@ -1,12 +1,10 @@
 #include "page_supply.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
-namespace strata {
 
-page_supply::~page_supply() {
-  for (auto run : idle_pages_) (void)dev_.release_pages(run);
-}
+namespace strata {
 
 namespace {
 
@@ -16,34 +14,115 @@ stat_pool pool_of(pool_kind k) {
 
 }  // namespace
 
+page_supply::~page_supply() {
+  std::vector<std::uint32_t> held;
+  table_.for_each([&](std::uint32_t id) { held.push_back(id); });
+  for (std::uint32_t id : held) {
+    for (const page_mapping& m : std::vector<page_mapping>(table_.mappings(id))) {
+      (void)dev_.unmap(m.arena->page_addr(m.index), granularity_);
+    }
+    (void)dev_.release_pages(table_.run(id));
+  }
+}
+
+void page_supply::count_kind(std::uint32_t id, int sign) {
+  if (counted_kind_.size() <= id) counted_kind_.resize(id + 1, -1);
+  std::int8_t& kind = counted_kind_[id];
+  if (sign > 0) {
+    const auto k = static_cast<std::size_t>(table_.mappings(id).front().arena->kind());
+    kind = static_cast<std::int8_t>(k);
+    ++kind_pages_[k];
+    stats_.segment[pool_of(static_cast<pool_kind>(k))].increase(1);
+    stats_.reserved_bytes[pool_of(static_cast<pool_kind>(k))].increase(
+        static_cast<std::int64_t>(granularity_));
+  } else if (kind >= 0) {
+    const auto k = static_cast<std::size_t>(kind);
+    --kind_pages_[k];
+    stats_.segment[pool_of(static_cast<pool_kind>(k))].decrease(1);
+    stats_.reserved_bytes[pool_of(static_cast<pool_kind>(k))].decrease(
+        static_cast<std::int64_t>(granularity_));
+    kind = -1;
+  }
+}
+
+void page_supply::record_mapping(std::uint32_t id, stream_arena& arena, std::size_t index) {
+  table_.add_mapping(id, arena, index);
+  if (table_.mappings(id).size() == 1) count_kind(id, +1);
+}
+
 status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
                                bool may_create) {
+  const std::size_t first = arena.page_of(addr);
   const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
-  std::size_t i = arena.next_unmapped(arena.page_of(addr), last);
+  std::size_t i = arena.next_unmapped(first, last);
   if (i == last) return {};  // every page is already there
   std::vector<std::size_t> needed;
   for (; i < last; i = arena.next_unmapped(i + 1, last)) needed.push_back(i);
-  std::vector<page_run> pages;
-  pages.reserve(needed.size());
-  while (pages.size() < needed.size() && !idle_pages_.empty()) {
-    pages.push_back(idle_pages_.back());
-    idle_pages_.pop_back();
+  constexpr std::uint32_t none = page_table::none;
+  std::vector<std::uint32_t> pages(needed.size(), none);
+  std::size_t filled = 0;
+  for (std::size_t k = 0; k < needed.size() && !pool_.empty(); ++k, ++filled) {
+    pages[k] = pool_.back();
+    pool_.pop_back();
   }
-  std::size_t stitched = 0;  // pages moved here from holes elsewhere
-  if (pages.size() < needed.size()) {
-    stitched = take_idle_pages(needed.size() - pages.size(), &arena, pages);
+  // Idle pages mapped elsewhere are mapped here too (a stitch), oldest idle
+  // first. The range becomes a segment of its own, fenced off on both
+  // sides, and a page is mapped at most once in a segment, or one block
+  // could one day span two mappings of it: so a page may back index k only
+  // if it is mapped nowhere in the segments index k will belong to (an
+  // edge page the range shares with a neighbour belongs to the
+  // neighbour's too).
+  std::size_t stitched = 0;
+  if (filled < needed.size() && table_.idle_count() > 0) {
+    for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);  // fewer on failure
+    const std::size_t before = arena.page_of(arena.blocks().prev_fence(addr));
+    const std::size_t after = arena.page_of(arena.blocks().next_fence(addr + bytes - 1) - 1) + 1;
+    const auto span = [&](std::size_t k) {
+      std::pair<std::size_t, std::size_t> r{first, last};
+      if (k == first && addr % granularity_ != 0) r.first = before;
+      if (k == last - 1 && (addr + bytes) % granularity_ != 0) r.second = after;
+      return r;
+    };
+    for (std::uint32_t id : table_.idle_pages()) {
+      if (filled == needed.size()) break;
+      if (!table_.usable_in(id, arena)) continue;
+      const auto& maps = table_.mappings(id);
+      for (std::size_t k = 0; k < needed.size(); ++k) {
+        if (pages[k] != none) continue;
+        const auto [lo, hi] = span(needed[k]);
+        const bool clash = std::any_of(maps.begin(), maps.end(), [&](const page_mapping& m) {
+          return m.arena == &arena && m.index >= lo && m.index < hi;
+        });
+        if (clash) continue;
+        pages[k] = id;
+        ++filled;
+        ++stitched;
+        break;
+      }
+    }
   }
   status created;
-  if (pages.size() < needed.size() && may_create) {
-    created = create_pages(needed.size() - pages.size(), pages);
+  if (filled < needed.size() && may_create) {
+    std::vector<std::uint32_t> fresh;
+    created = create_pages(needed.size() - filled, fresh);
+    for (std::size_t k = 0, f = 0; k < needed.size() && f < fresh.size(); ++k) {
+      if (pages[k] == none) {
+        pages[k] = fresh[f++];
+        ++filled;
+      }
+    }
   }
-  if (pages.size() < needed.size()) {
-    idle_pages_.insert(idle_pages_.end(), pages.begin(), pages.end());
+  if (filled < needed.size()) {
+    for (std::uint32_t id : pages) {
+      if (id != none && table_.mappings(id).empty()) pool_.push_back(id);  // pool and new pages
+    }
     if (!created.ok() && created.code() != errc::out_of_memory) return created;
     return {errc::out_of_memory, "no idle page to back the request"};
   }
   if (auto s = map_pages(arena, needed, pages); !s) return s;
   if (stitched > 0) {
+    arena.blocks().fence_at(addr);
+    if (addr + bytes < arena.base() + arena.bytes()) arena.blocks().fence_at(addr + bytes);
     ++stats_.num_stitches;
     stats_.stitched_bytes += static_cast<std::int64_t>(stitched * granularity_);
     if (trace_.on())
@@ -52,61 +131,23 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
   return {};
 }
 
-std::size_t page_supply::take_idle_pages(std::size_t wanted, stream_arena* first,
-                                         std::vector<page_run>& out) {
-  const std::size_t start = out.size();
-  const auto steal_from = [&](stream_arena& a) {
-    (void)a.poll(dev_, events_);  // a failed query only means fewer idle pages
-    const std::size_t g = granularity_;
-    for (auto it = a.blocks().begin(); it != a.blocks().end() && out.size() - start < wanted;
-         ++it) {
-      const block_info& b = it->second;
-      if (b.state != block_state::free) continue;
-      const std::size_t from = (it->first - a.base() + g - 1) / g;
-      const std::size_t to = (it->first + b.size - a.base()) / g;
-      bool took = false;
-      for (std::size_t i = a.next_mapped(from, to); i < to && out.size() - start < wanted;
-           i = a.next_mapped(i + 1, to)) {
-        const page_run run = a.page(i);
-        if (!a.page_idle(i) || !dev_.unmap(a.page_addr(i), g)) continue;
-        a.set_page(i, {});
-        if (trace_.on()) {
-          trace_.record(trace_action::segment_unmap, a.page_addr(i), g, a.stream().native);
-        }
-        mapped_bytes_[static_cast<std::size_t>(a.kind())] -= g;
-        stats_.segment[pool_of(a.kind())].decrease(1);
-        stats_.reserved_bytes[pool_of(a.kind())].decrease(static_cast<std::int64_t>(g));
-        out.push_back(run);
-        took = true;
-      }
-      if (took) a.blocks().set_mapped(it, false);
-    }
-  };
-  if (first != nullptr) steal_from(*first);
-  for (stream_arena* a : streams_.arenas()) {
-    if (a != first && out.size() - start < wanted) steal_from(*a);
-  }
-  return out.size() - start;
-}
-
-status page_supply::create_pages(std::size_t wanted, std::vector<page_run>& out) {
+status page_supply::create_pages(std::size_t wanted, std::vector<std::uint32_t>& out) {
   for (std::size_t n = 0; n < wanted; ++n) {
-    if ((held_pages_ + 1) * granularity_ > limit_) {
+    if ((table_.size() + 1) * granularity_ > limit_) {
       return {errc::out_of_memory, "the allocator holds its limit"};
     }
     auto run = dev_.create_pages(granularity_);
     if (!run) return run.error();
-    ++held_pages_;
     ++stats_.num_device_alloc;
     stats_.segment[pool_all].increase(1);
     stats_.reserved_bytes[pool_all].increase(static_cast<std::int64_t>(granularity_));
-    out.push_back(*run);
+    out.push_back(table_.add(*run));
   }
   return {};
 }
 
 status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
-                              std::vector<page_run>& pages) {
+                              const std::vector<std::uint32_t>& pages) {
   // One map call per page (each page is its own physical allocation), one
   // set_access per run of adjacent pages (the device allows whole mappings).
   const std::size_t g = granularity_;
@@ -117,28 +158,26 @@ status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t
     std::size_t k = j;
     status s;
     for (; k < end; ++k) {
-      s = dev_.map(arena.page_addr(indices[k]), g, pages[k], 0);
+      s = dev_.map(arena.page_addr(indices[k]), g, table_.run(pages[k]), 0);
       if (!s.ok()) break;
     }
     if (s.ok()) s = dev_.set_access(va, (end - j) * g);
     if (!s.ok()) {
-      // Nothing is lost: this run's pages are unmapped again and, with the
-      // unused ones, return to the pool; a page that will not unmap stays
-      // mapped (and accounted) under what is now free space; earlier runs
-      // stay mapped too.
+      // Nothing is lost: this run's pages are unmapped again; a page that
+      // will not unmap stays mapped (and recorded) under free space here.
+      // Pages mapped nowhere go to the pool; idle pages mapped elsewhere
+      // simply stay there. Earlier runs stay mapped.
       for (std::size_t m = j; m < k; ++m) {
-        if (dev_.unmap(arena.page_addr(indices[m]), g)) {
-          idle_pages_.push_back(pages[m]);
-        } else {
-          account_mapped(arena, indices[m], pages[m]);
-        }
+        if (!dev_.unmap(arena.page_addr(indices[m]), g))
+          record_mapping(pages[m], arena, indices[m]);
       }
-      idle_pages_.insert(idle_pages_.end(), pages.begin() + static_cast<std::ptrdiff_t>(k),
-                         pages.end());
+      for (std::size_t m = j; m < pages.size(); ++m) {
+        if (table_.mappings(pages[m]).empty()) pool_.push_back(pages[m]);
+      }
       refresh_derived_stats();
       return s;
     }
-    for (std::size_t m = j; m < end; ++m) account_mapped(arena, indices[m], pages[m]);
+    for (std::size_t m = j; m < end; ++m) record_mapping(pages[m], arena, indices[m]);
     if (trace_.on())
       trace_.record(trace_action::segment_map, va, (end - j) * g, arena.stream().native);
     j = end;
@@ -147,35 +186,141 @@ status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t
   return {};
 }
 
-void page_supply::account_mapped(stream_arena& arena, std::size_t index, page_run page) {
-  arena.set_page(index, page);
-  mapped_bytes_[static_cast<std::size_t>(arena.kind())] += granularity_;
-  stats_.segment[pool_of(arena.kind())].increase(1);
-  stats_.reserved_bytes[pool_of(arena.kind())].increase(static_cast<std::int64_t>(granularity_));
+void page_supply::settle() {
+  if (!table_.unsettled()) return;
+  for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
+  table_.settle();
+}
+
+bool page_supply::waiting_on_epochs() {
+  if (table_.unsettled()) return true;
+  for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
+  for (std::uint32_t id : table_.idle_pages()) {
+    if (table_.epoch_pending(id)) return true;
+  }
+  return false;
+}
+
+std::size_t page_supply::unmap_unused(stream_arena& arena) {
+  // Unmapping needs the arena's stream past every free: wait for it (the
+  // address space runs out rarely; this is the only wait it costs).
+  (void)arena.wait_idle(arena.open_epoch(), dev_, events_);
+  const std::size_t g = granularity_;
+  // The pages wholly inside free blocks (a free block's edge pages may hold
+  // a neighbour's bytes) that no block uses, and the shadowed ones (live at
+  // another mapping, unused here), whose work here is done.
+  std::vector<std::size_t> unused;
+  for (auto it = arena.blocks().begin(); it != arena.blocks().end(); ++it) {
+    const block_state state = it->second.state;
+    if (state != block_state::free && state != block_state::shadow) continue;
+    const std::size_t from = arena.page_of(it->first + g - 1);
+    const std::size_t to = arena.page_of(it->first + it->second.size);
+    for (std::size_t i = arena.next_mapped(from, to); i < to; i = arena.next_mapped(i + 1, to)) {
+      if ((state == block_state::shadow || table_.idle(arena.page(i))) && arena.page_idle(i)) {
+        unused.push_back(i);
+      }
+    }
+  }
+  std::size_t unmapped = 0;
+  for (const std::size_t i : unused) {
+    const std::uintptr_t va = arena.page_addr(i);
+    const std::uint32_t id = arena.page(i);
+    if (!dev_.unmap(va, g)) continue;
+    table_.remove_mapping(arena, i);  // a shadow there becomes free space first
+    arena.blocks().set_mapped(arena.blocks().find_containing(va), false);
+    if (table_.mappings(id).empty()) {
+      count_kind(id, -1);
+      pool_.push_back(id);
+    }
+    if (trace_.on()) trace_.record(trace_action::segment_unmap, va, g, arena.stream().native);
+    ++unmapped;
+  }
+  drop_fences(arena);
+  refresh_derived_stats();
+  return unmapped;
+}
+
+void page_supply::drop_fences(stream_arena& arena) {
+  // A fence may go when no page is mapped on both of its sides (in the two
+  // segments it separates): a block could then never span two mappings of
+  // one page.
+  const std::vector<std::uintptr_t> fences(arena.blocks().fences().begin(),
+                                           arena.blocks().fences().end());
+  std::uintptr_t segment_start = arena.base();
+  std::vector<std::uint32_t> before;
+  std::vector<std::uint32_t> after;
+  const auto mapped_ids = [&](std::uintptr_t from, std::uintptr_t to,
+                              std::vector<std::uint32_t>& out) {
+    out.clear();
+    if (to <= from) return;
+    const std::size_t last = arena.page_of(to - 1) + 1;
+    for (std::size_t i = arena.next_mapped(arena.page_of(from), last); i < last;
+         i = arena.next_mapped(i + 1, last)) {
+      out.push_back(arena.page(i));
+    }
+    std::sort(out.begin(), out.end());
+  };
+  for (std::size_t k = 0; k < fences.size(); ++k) {
+    const std::uintptr_t f = fences[k];
+    const std::uintptr_t next =
+        k + 1 < fences.size() ? fences[k + 1] : arena.base() + arena.bytes();
+    mapped_ids(segment_start, f, before);
+    mapped_ids(f, next, after);
+    // Pages straddling the fence are on both sides and are one mapping.
+    std::vector<std::uint32_t> shared;
+    std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
+                          std::back_inserter(shared));
+    const bool straddles = shared.size() == 1 && f % granularity_ != 0 &&
+                           arena.is_mapped(arena.page_of(f)) &&
+                           arena.page(arena.page_of(f)) == shared.front();
+    if (shared.empty() || straddles) {
+      arena.blocks().drop_fence(f);
+    } else {
+      segment_start = f;
+    }
+  }
+}
+
+bool page_supply::unmap_everywhere(std::uint32_t id) {
+  const std::vector<page_mapping> maps = table_.mappings(id);
+  for (const page_mapping& m : maps) {
+    if (m.shadowed || !m.arena->page_idle(m.index)) return false;
+  }
+  for (const page_mapping& m : maps) {
+    const std::uintptr_t va = m.arena->page_addr(m.index);
+    if (!dev_.unmap(va, granularity_)) return false;
+    table_.remove_mapping(*m.arena, m.index);
+    m.arena->blocks().set_mapped(m.arena->blocks().find_containing(va), false);
+    if (trace_.on())
+      trace_.record(trace_action::segment_unmap, va, granularity_, m.arena->stream().native);
+  }
+  count_kind(id, -1);
+  pool_.push_back(id);
+  return true;
 }
 
 status page_supply::release_idle(std::size_t keep_bytes) {
-  // Idle pages still mapped under free blocks move to the pool first, so the
-  // pool holds every idle page; the pages beyond `keep_bytes` go back.
-  take_idle_pages(static_cast<std::size_t>(-1), nullptr, idle_pages_);
+  // Idle pages still mapped move to the pool first, so the pool holds
+  // every idle page that can go; the pages beyond `keep_bytes` go back.
+  for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
+  table_.settle();
+  for (std::uint32_t id : table_.idle_pages()) (void)unmap_everywhere(id);
   const std::size_t keep_pages = keep_bytes / granularity_;
-  while (idle_pages_.size() > keep_pages) {
-    if (auto s = dev_.release_pages(idle_pages_.back()); !s) return s;
-    idle_pages_.pop_back();
-    --held_pages_;
+  while (pool_.size() > keep_pages) {
+    if (auto s = dev_.release_pages(table_.run(pool_.back())); !s) return s;
+    (void)table_.remove(pool_.back());
+    pool_.pop_back();
     ++stats_.num_device_free;
     stats_.segment[pool_all].decrease(1);
     stats_.reserved_bytes[pool_all].decrease(static_cast<std::int64_t>(granularity_));
   }
+  refresh_derived_stats();
   return {};
 }
 
 void page_supply::release_above(std::uint64_t threshold) {
   if (threshold == std::numeric_limits<std::uint64_t>::max()) return;
-  const auto mapped = static_cast<std::int64_t>(mapped_bytes_[0] + mapped_bytes_[1]);
-  const std::int64_t unused = mapped - stats_.active_bytes[pool_all].current;
-  const std::size_t idle = idle_pages_.size() * granularity_ +
-                           static_cast<std::size_t>(std::max<std::int64_t>(unused, 0));
+  const std::size_t idle = idle_pages() * granularity_;
   if (idle <= threshold) return;
   // Close the open epochs so the pages freed in them become idle once their
   // streams get there; what is idle now goes back.
@@ -194,8 +339,8 @@ void page_supply::refresh_derived_stats() {
   for (auto kind : {pool_kind::small, pool_kind::large}) {
     const auto k = static_cast<std::size_t>(kind);
     const stat_pool pool = pool_of(kind);
-    const std::int64_t bytes =
-        static_cast<std::int64_t>(mapped_bytes_[k]) - stats_.active_bytes[pool].current;
+    const std::int64_t bytes = static_cast<std::int64_t>(kind_pages_[k] * granularity_) -
+                               stats_.active_bytes[pool].current;
     stats_.inactive_split_bytes[pool].set(std::max<std::int64_t>(bytes, 0));
     stats_.inactive_split[pool].set(free_blocks[k]);
     all_bytes += std::max<std::int64_t>(bytes, 0);

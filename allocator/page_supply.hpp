@@ -1,18 +1,26 @@
 // The page supply: the physical pages the allocator holds, and backing the
 // arenas' blocks with them.
 //
-// Page sources, in order: the page pool (idle, unmapped pages); idle pages
-// inside free blocks of any arena (unmapped from there and mapped here: the
-// stitcher, how free memory anywhere serves a request anywhere, no copy);
-// new pages from the device, within the limit.
+// Page sources, in order: the page pool (pages mapped nowhere); idle pages
+// mapped elsewhere, which are mapped here too (stitching: no copy, no
+// unmap, no wait; page_table keeps the one mapping with live bytes and
+// shadows the others); new pages from the device, within the limit.
+// Mappings are kept: a stitched range stays mapped after its block ends,
+// so the same request next step finds it and costs no driver call. Pages
+// are unmapped only to give them back (trim, release_threshold), and then
+// only once every stream that used them has finished with them.
 //
-// Invariants: held pages = pool pages + pages mapped in arenas;
+// Invariants: held pages = pool pages + pages with a mapping (page_table);
 // held * granularity <= limit whenever a page is created (a lowered limit
-// is honoured by creating no more); a page is unmapped only when its arena's
-// stream has finished every epoch that freed memory on it. The supply owns
-// the page counters of the stats (segment, reserved_bytes,
-// num_device_alloc/free, num_stitches, stitched_bytes) and the derived
-// inactive-split ones.
+// is honoured by creating no more); a page is unmapped only when the
+// epochs of the frees at that mapping are complete. The supply owns the
+// page counters of the stats (segment, reserved_bytes, num_device_alloc/
+// free, num_stitches, stitched_bytes) and the derived inactive-split ones;
+// a page counts in the small or large pool by the arena it was first
+// mapped in.
+// Cost: backing a range costs one map per page and one set_access per run
+// of adjacent pages (plus one create per new page); nothing else here calls
+// the device but trim and teardown.
 //
 // Thread safety: none; the allocator's mutex serializes calls.
 #pragma once
@@ -24,6 +32,7 @@
 
 #include "event_pool.hpp"
 #include "event_trace.hpp"
+#include "page_table.hpp"
 #include "strata/allocator_stats.hpp"
 #include "strata/device.hpp"
 #include "stream_arena.hpp"
@@ -42,46 +51,75 @@ class page_supply {
         stats_(stats),
         trace_(trace),
         granularity_(dev.granularity()),
-        limit_(limit) {}
+        limit_(limit),
+        table_(dev.granularity()) {}
   page_supply(const page_supply&) = delete;
   page_supply& operator=(const page_supply&) = delete;
   page_supply(page_supply&&) = delete;
   page_supply& operator=(page_supply&&) = delete;
-  // Releases the pool's pages (pages mapped in arenas go with the stream
-  // table).
+  // Unmaps every page wherever it is mapped and releases it (the caller
+  // has synchronized the device).
   ~page_supply();
 
-  // Maps a page under every unmapped page of [addr, addr+bytes) of `arena`:
-  // pool pages first, then stitched ones, new ones only if `may_create`.
-  // out_of_memory when short (every page taken goes back to the pool);
-  // other errors: the device's, nothing lost.
+  // Maps a page under every unmapped page of [addr, addr+bytes) of
+  // `arena` (free address space starting a free block): pool pages first,
+  // then idle pages usable there (a stitch: a fence then starts a segment
+  // at `addr`), then new ones if `may_create`. out_of_memory when short
+  // (every page taken goes back); other errors: the device's, nothing lost.
   status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
-  // Moves every idle page to the pool, then returns pool pages to the device
-  // until at most `keep_bytes` of them remain. Errors: the device's.
+  // Waits for the work queued on `arena`'s stream, then unmaps there every
+  // page no block uses (pages left with no mapping go to the pool), and
+  // lifts the fences no page is mapped on both sides of. Returns how many
+  // it unmapped. For when the arena's address space runs out.
+  std::size_t unmap_unused(stream_arena& arena);
+  // A block of `arena` came into use / went out of use (see page_table).
+  void block_live(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
+    table_.block_live(arena, addr, bytes);
+  }
+  void block_dead(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
+    table_.block_dead(arena, addr, bytes);
+  }
+  // Polls the arenas' epochs and lifts the shadows they now allow.
+  void settle();
+  // True when idle pages wait on another stream's epoch before they can
+  // be used (or their shadows lifted): waiting for the streams may help.
+  [[nodiscard]] bool waiting_on_epochs();
+  // Unmaps every idle page whose work is done from all its mappings, then
+  // returns pool pages to the device until at most `keep_bytes` of them
+  // remain. Errors: the device's.
   status release_idle(std::size_t keep_bytes);
   // If more than `threshold` bytes are idle (pooled, or mapped and not
   // active), seals the arenas' open epochs and releases what is idle now
   // down to `threshold`. Best effort: a failing device call keeps pages.
   void release_above(std::uint64_t threshold);
-  // Recomputes the stats' inactive-split counters from the mapped bytes and
+  // Recomputes the stats' inactive-split counters from the pages held and
   // the arenas' free blocks.
   void refresh_derived_stats();
 
   void set_limit(std::size_t bytes) noexcept { limit_ = bytes; }
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-  [[nodiscard]] std::size_t held_pages() const noexcept { return held_pages_; }
-  [[nodiscard]] std::size_t pool_pages() const noexcept { return idle_pages_.size(); }
+  [[nodiscard]] std::size_t held_pages() const noexcept { return table_.size(); }
+  [[nodiscard]] std::size_t pool_pages() const noexcept { return pool_.size(); }
+  // Pages holding no live byte: pooled or idle where they are mapped.
+  [[nodiscard]] std::size_t idle_pages() const noexcept {
+    return pool_.size() + table_.idle_count();
+  }
 
  private:
-  // Unmaps up to `wanted` idle pages under free blocks, from `first` (if
-  // any) then every arena, into `out`; returns how many.
-  std::size_t take_idle_pages(std::size_t wanted, stream_arena* first, std::vector<page_run>& out);
-  status create_pages(std::size_t wanted, std::vector<page_run>& out);
+  status create_pages(std::size_t wanted, std::vector<std::uint32_t>& out);
+  // Maps `pages` at arena pages `indices` (sorted): one map each, one
+  // set_access per run of adjacent ones. On failure the pages not mapped
+  // go back where they came from and the error is returned.
   status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
-                   std::vector<page_run>& pages);
-  // Records `page` as mapped at arena page `index` in the arena and the stats.
-  void account_mapped(stream_arena& arena, std::size_t index, page_run page);
+                   const std::vector<std::uint32_t>& pages);
+  void record_mapping(std::uint32_t id, stream_arena& arena, std::size_t index);
+  // Unmaps page `id` (idle, its work done) everywhere; false (and keeps
+  // what did not unmap) if the device refuses.
+  bool unmap_everywhere(std::uint32_t id);
+  void count_kind(std::uint32_t id, int sign);
+  // Lifts the fences of `arena` that no page is mapped on both sides of.
+  void drop_fences(stream_arena& arena);
 
   device& dev_;
   event_pool& events_;
@@ -90,9 +128,10 @@ class page_supply {
   event_trace& trace_;
   std::size_t granularity_;
   std::size_t limit_;
-  std::vector<page_run> idle_pages_;           // the pool: unmapped, no queued work
-  std::size_t held_pages_ = 0;                 // pages created and not released
-  std::array<std::size_t, 2> mapped_bytes_{};  // by pool_kind
+  page_table table_;
+  std::vector<std::uint32_t> pool_;          // page ids mapped nowhere, with no queued work
+  std::vector<std::int8_t> counted_kind_;    // by page id: the pool_kind it counts in, or -1
+  std::array<std::size_t, 2> kind_pages_{};  // pages counted per pool_kind
 };
 
 }  // namespace strata

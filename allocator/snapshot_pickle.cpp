@@ -136,9 +136,8 @@ std::string caching_allocator::snapshot_pickle() {
       for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
         const block_info& b = it->second;
         if (it->first >= hi || it->first + b.size <= lo) continue;
-        const slab* s = a.kind() == pool_kind::small && b.state != block_state::free
-                            ? a.slab_of(it->first)
-                            : nullptr;
+        const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
+        const slab* s = a.kind() == pool_kind::small && in_use ? a.slab_of(it->first) : nullptr;
         if (s != nullptr) {
           for (std::uint32_t o = 0; o < s->capacity; ++o) {
             const object_state st = s->state(o);
@@ -147,10 +146,12 @@ std::string caching_allocator::snapshot_pickle() {
           }
           continue;
         }
+        // Free space, parked blocks and shadows (pages whose bytes are live
+        // at another of their mappings) hold no block here.
         const bool parked = is_parked(b);
-        const char* state = b.state == block_state::free || parked ? "inactive"
-                            : b.state == block_state::pending      ? "active_pending_free"
-                                                                   : "active_allocated";
+        const char* state = !in_use || parked                 ? "inactive"
+                            : b.state == block_state::pending ? "active_pending_free"
+                                                              : "active_allocated";
         add(it->first, b.size, b.state == block_state::allocated && !parked ? b.requested : 0,
             state);
       }

@@ -15,7 +15,7 @@ stream_arena::stream_arena(stream_handle stream, pool_kind kind, std::uintptr_t 
       kind_(kind),
       page_shift_(static_cast<unsigned>(std::countr_zero(granularity))),
       blocks_(base, bytes),
-      pages_(bytes / granularity),
+      page_ids_(bytes / granularity, unmapped),
       mapped_bits_((bytes / granularity + 63) / 64, 0),
       page_epoch_(bytes / granularity, 0),
       slab_shift_(static_cast<unsigned>(std::countr_zero(size_classes::slab_unit(granularity)))) {
@@ -45,10 +45,10 @@ void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
   dirty_ = true;
 }
 
-void stream_arena::set_page(std::size_t i, page_run run) noexcept {
-  const bool was = pages_[i].id != 0;
-  const bool now = run.id != 0;
-  pages_[i] = run;
+void stream_arena::set_page(std::size_t i, std::uint32_t id) noexcept {
+  const bool was = page_ids_[i] != unmapped;
+  const bool now = id != unmapped;
+  page_ids_[i] = id;
   const std::uint64_t bit = std::uint64_t{1} << (i % 64);
   if (now && !was) {
     mapped_bits_[i / 64] |= bit;

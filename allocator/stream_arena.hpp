@@ -9,8 +9,9 @@
 // it may be unmapped. Reuse at the same address needs no epoch: the stream's
 // own order protects it.
 //
-// Invariants: `pages_[i]` is the page run mapped at page i (id 0 = none);
-// every page overlapping an allocated or pending block is mapped.
+// Invariants: `page_ids_[i]` is the page_table id of the page mapped at page
+// i (page_table::none: nothing); every page overlapping an allocated,
+// pending or shadow block is mapped.
 //
 // Thread safety: none; the allocator serializes calls.
 #pragma once
@@ -59,11 +60,14 @@ class stream_arena {
   [[nodiscard]] std::uintptr_t page_addr(std::size_t i) const noexcept {
     return blocks_.base() + (i << page_shift_);
   }
-  [[nodiscard]] std::size_t page_count() const noexcept { return pages_.size(); }
-  [[nodiscard]] const page_run& page(std::size_t i) const noexcept { return pages_[i]; }
-  [[nodiscard]] bool is_mapped(std::size_t i) const noexcept { return pages_[i].id != 0; }
-  /// Records that `run` is mapped at page i (a run with id 0: nothing is).
-  void set_page(std::size_t i, page_run run) noexcept;
+  [[nodiscard]] std::size_t page_count() const noexcept { return page_ids_.size(); }
+  /// The page_table id of the page mapped at page i, or page_table::none.
+  [[nodiscard]] std::uint32_t page(std::size_t i) const noexcept { return page_ids_[i]; }
+  [[nodiscard]] bool is_mapped(std::size_t i) const noexcept { return page_ids_[i] != unmapped; }
+  /// Records that page `id` is mapped at page i (`unmapped`: nothing is).
+  /// Called by page_table, which keeps the other side.
+  void set_page(std::size_t i, std::uint32_t id) noexcept;
+  static constexpr std::uint32_t unmapped = 0xffffffff;
   [[nodiscard]] std::size_t mapped_pages() const noexcept { return mapped_pages_; }
   /// The first mapped page in [from, to), or `to`. Cost: one step per 64 pages.
   [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t to) const noexcept;
@@ -96,6 +100,8 @@ class stream_arena {
   [[nodiscard]] bool page_idle(std::size_t i) const noexcept {
     return page_epoch_[i] <= completed_;
   }
+  /// The epoch of the last free that touched page i.
+  [[nodiscard]] std::uint64_t page_epoch(std::size_t i) const noexcept { return page_epoch_[i]; }
   [[nodiscard]] bool idle(std::uint64_t epoch) const noexcept { return epoch <= completed_; }
   /// True while some free is not yet known to be idle.
   [[nodiscard]] bool has_busy_epochs() const noexcept { return dirty_ || !sealed_.empty(); }
@@ -119,7 +125,7 @@ class stream_arena {
   pool_kind kind_;
   unsigned page_shift_;  // log2 of the granularity (a power of two)
   block_map blocks_;
-  std::vector<page_run> pages_;
+  std::vector<std::uint32_t> page_ids_;
   std::vector<std::uint64_t> mapped_bits_;
   std::vector<std::uint64_t> page_epoch_;
   unsigned slab_shift_;                  // log2 of the slab unit

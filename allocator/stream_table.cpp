@@ -1,5 +1,6 @@
 #include "stream_table.hpp"
 
+#include <array>
 #include <new>
 
 namespace strata {
@@ -7,16 +8,12 @@ namespace strata {
 stream_table::~stream_table() {
   for (auto& [native, st] : streams_) {
     for (stream_arena* a : {st->small.get(), st->large.get()}) {
-      for (std::size_t i = a->next_mapped(0, a->page_count()); i < a->page_count();
-           i = a->next_mapped(i + 1, a->page_count())) {
-        const page_run run = a->page(i);
-        (void)dev_.unmap(a->page_addr(i), granularity_);
-        (void)dev_.release_pages(run);
-      }
+      // (The page supply, destroyed first, unmapped and released the pages.)
       // In a small arena every block in use is a slab.
       for (auto it = a->blocks().begin(); a->kind() == pool_kind::small && it != a->blocks().end();
            ++it) {
-        if (it->second.state != block_state::free) {
+        if (it->second.state == block_state::allocated ||
+            it->second.state == block_state::pending) {
           delete a->slab_of(
               it->first);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
         }
@@ -34,33 +31,38 @@ result<stream_state*> stream_table::get(void* native, bool& made) {
   if (it == streams_.end()) {
     auto stream = dev_.wrap_stream(native);
     if (!stream) return stream.error();
-    auto small_base = dev_.reserve(arena_bytes_);
-    if (!small_base) return small_base.error();
-    auto large_base = dev_.reserve(arena_bytes_);
-    if (!large_base) {
-      (void)dev_.free_reservation(*small_base, arena_bytes_);
-      return large_base.error();
+    std::array<std::uintptr_t, 2> bases{};
+    const std::array<std::size_t, 2> sizes{small_bytes_, large_bytes_};
+    const auto give_back = [&](std::size_t made) {
+      for (std::size_t k = 0; k < made; ++k) (void)dev_.free_reservation(bases[k], sizes[k]);
+    };
+    for (std::size_t k = 0; k < bases.size(); ++k) {
+      auto base = dev_.reserve(sizes[k]);
+      if (!base) {
+        give_back(k);
+        return base.error();
+      }
+      bases[k] = *base;
     }
     try {
       auto st = std::make_unique<stream_state>();
       st->stream = *stream;
-      st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, *small_base,
-                                                 arena_bytes_, granularity_);
-      st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, *large_base,
-                                                 arena_bytes_, granularity_);
+      st->small = std::make_unique<stream_arena>(*stream, pool_kind::small, bases[0], sizes[0],
+                                                 granularity_);
+      st->large = std::make_unique<stream_arena>(*stream, pool_kind::large, bases[1], sizes[1],
+                                                 granularity_);
       arenas_.reserve(arenas_.size() + 2);
       owners_.reserve(owners_.size() + 2);
       it = streams_.emplace(native, std::move(st)).first;
     } catch (const std::bad_alloc&) {
-      (void)dev_.free_reservation(*small_base, arena_bytes_);
-      (void)dev_.free_reservation(*large_base, arena_bytes_);
+      give_back(bases.size());
       return status{errc::out_of_memory, "host out of memory for a new stream's arenas"};
     }
     stream_state* st = it->second.get();
-    arenas_.push_back(st->small.get());
-    arenas_.push_back(st->large.get());
-    owners_.push_back(st);
-    owners_.push_back(st);
+    for (stream_arena* a : {st->small.get(), st->large.get()}) {
+      arenas_.push_back(a);
+      owners_.push_back(st);
+    }
     made = true;
   }
   last_native_ = native;

@@ -33,28 +33,34 @@ struct stream_state {
   stream_handle stream;
   std::unique_ptr<stream_arena> small;
   std::unique_ptr<stream_arena> large;
+
   std::array<slab_list, size_classes::max_classes> partial{};  // slabs with a free object
   std::array<std::uint32_t, size_classes::max_classes> empty_slabs{};
 };
 
 class stream_table {
  public:
-  // Each arena reserves `arena_bytes` of address space on `dev`, mapped in
-  // pages of `granularity` bytes; arenas' epoch events come from `events`.
-  // Both must outlive the table.
-  stream_table(device& dev, event_pool& events, std::size_t arena_bytes, std::size_t granularity)
-      : dev_(dev), events_(events), arena_bytes_(arena_bytes), granularity_(granularity) {}
+  // A small arena reserves `small_bytes` of address space on `dev`, a
+  // large one `large_bytes`, mapped in pages of `granularity` bytes;
+  // arenas' epoch events come from `events`. Both must outlive the table.
+  stream_table(device& dev, event_pool& events, std::size_t small_bytes, std::size_t large_bytes,
+               std::size_t granularity)
+      : dev_(dev),
+        events_(events),
+        small_bytes_(small_bytes),
+        large_bytes_(large_bytes),
+        granularity_(granularity) {}
   stream_table(const stream_table&) = delete;
   stream_table& operator=(const stream_table&) = delete;
   stream_table(stream_table&&) = delete;
   stream_table& operator=(stream_table&&) = delete;
-  // Unmaps and releases every page still mapped in an arena, deletes the
-  // slabs, gives back the arenas' events and reservations. The caller has
-  // synchronized the device.
+  // Deletes the slabs, gives back the arenas' events and reservations (the
+  // page supply has unmapped every page). The caller has synchronized the
+  // device.
   ~stream_table();
 
   // The state of `native` (a native stream handle), made on first use: the
-  // stream wrapped and two arenas reserved. `made` is set when it is new.
+  // stream wrapped and its two arenas reserved. `made` is set when it is new.
   // Errors: the device's (stream, reservation); out_of_memory when the host
   // cannot hold the arenas' tables. Nothing is kept on failure.
   result<stream_state*> get(void* native, bool& made);
@@ -75,7 +81,8 @@ class stream_table {
  private:
   device& dev_;
   event_pool& events_;
-  std::size_t arena_bytes_;
+  std::size_t small_bytes_;
+  std::size_t large_bytes_;
   std::size_t granularity_;
   std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
   std::vector<stream_arena*> arenas_;

@@ -50,6 +50,11 @@ int main(int argc, char** argv) try {
                    "With --timeline: how far the GPU runs behind the host when the trace has no "
                    "kernels (default 12, measured on an H100)")
       ->check(CLI::Range(0.0, 10000.0));
+  replay
+      ->add_option("--warmup", ro.warmup,
+                   "Replay the trace this many times before the measured pass (a trace recorded "
+                   "warm, like a profiler trace of later steps, then replays warm)")
+      ->check(CLI::Range(0, 16));
 
   strata::plan_command_options po;
   auto* plan = app.add_subcommand(

@@ -16,6 +16,7 @@ struct replay_command_options {
   bool quiet = false;
   bool timeline = false;   // --timeline
   double gpu_lag_ms = 12;  // --gpu-lag-ms
+  int warmup = 0;          // --warmup
 };
 
 /// Runs the replay and writes the reports. Returns the exit code: 0 on a

@@ -106,10 +106,12 @@ struct allocator_options {
   /// Fraction of the device's memory the allocator may hold, (0, 1].
   double memory_fraction = 1.0;
   /// When a request needs pages and freed memory is still waiting on events
-  /// (pending frees, pages with queued work), wait for it before creating
-  /// new pages (true: least memory), or create first and wait only when the
-  /// device is full (false: least waiting).
-  bool wait_before_grow = true;
+  /// (pending frees, pages another stream's queued work holds), wait for it
+  /// before creating new pages (true: least memory, a host wait of up to
+  /// the GPU's lag), or create first and wait only when the device is full
+  /// (false, the default: no host wait inside an allocation where growing
+  /// is possible).
+  bool wait_before_grow = false;
   /// Events the event trace keeps (a ring: the newest win); 0 turns the
   /// trace off. While it is on, every call takes the locked path so that
   /// the trace is complete and in order. At most 2^26.

@@ -68,10 +68,19 @@ TEST(EventTrace, RecordsStitchesAndUnmaps) {
   for (int i = 0; i < 8; i += 2) ASSERT_TRUE(a->free_async(blocks[i], nullptr).ok());
   auto big = a->malloc_async(16 * mib, nullptr);
   ASSERT_TRUE(big.ok()) << big.error().to_string();
-  const auto acts = actions_in(a->trace_json());
-  EXPECT_NE(std::find(acts.begin(), acts.end(), "segment_unmap"), acts.end());
+  auto acts = actions_in(a->trace_json());
+  // A stitch maps the idle pages at the new range too; it unmaps nothing.
   EXPECT_NE(std::find(acts.begin(), acts.end(), "stitch"), acts.end());
+  EXPECT_NE(std::find(acts.begin(), acts.end(), "segment_map"), acts.end());
+  EXPECT_EQ(std::find(acts.begin(), acts.end(), "segment_unmap"), acts.end());
   EXPECT_EQ(stat_of(*a, "num_stitches"), 1);
+  // Giving pages back unmaps them wherever they are mapped.
+  ASSERT_TRUE(a->free_async(*big, nullptr).ok());
+  for (int i = 1; i < 8; i += 2) ASSERT_TRUE(a->free_async(blocks[i], nullptr).ok());
+  ASSERT_TRUE(a->empty_cache().ok());
+  acts = actions_in(a->trace_json());
+  EXPECT_NE(std::find(acts.begin(), acts.end(), "segment_unmap"), acts.end());
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 0);
 }
 
 TEST(EventTrace, RingKeepsTheNewest) {

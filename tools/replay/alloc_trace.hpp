@@ -9,7 +9,10 @@
 //   - Strata's event trace JSON (trace_json());
 //   - RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream), the format
 //     of RMM's fmt-era releases (to 24.10) and of current ones;
-//   - buffer-lifetime CSV (id,lower,upper,size).
+//   - buffer-lifetime CSV (id,lower,upper,size);
+//   - torch.profiler Chrome traces with memory events (profile_memory),
+//     with their kernels and host waits (profiler_trace.cpp);
+// any of them compressed with xz.
 // Errors name the file and the line, byte offset or event index. Every
 // number is checked: sizes are integers from 0 to max_trace_bytes,
 // addresses non-negative, a free of a block the trace already freed is an
@@ -31,8 +34,10 @@ namespace strata::replay {
 /// The largest size a trace may name (1 PiB): larger is an error, not a
 /// request, so no sum of sizes can overflow.
 inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 50;
-/// The largest file read_trace() reads (1 GiB).
+/// The largest file read_trace() reads (1 GiB; also once decompressed).
 inline constexpr std::uint64_t max_trace_file_bytes = std::uint64_t{1} << 30;
+/// The largest profiler trace JSON read (128 MiB: it is parsed whole).
+inline constexpr std::uint64_t max_profiler_trace_bytes = std::uint64_t{128} << 20;
 
 enum class op_kind : std::uint8_t { alloc, free };
 
@@ -117,5 +122,10 @@ result<alloc_trace> read_pytorch_snapshot(std::string_view bytes, const std::str
 result<alloc_trace> read_strata_trace_json(std::string_view text, const std::string& source);
 result<alloc_trace> read_rmm_csv(std::string_view text, const std::string& source);
 result<alloc_trace> read_lifetime_csv(std::string_view text, const std::string& source);
+result<alloc_trace> read_profiler_trace(std::string_view text, const std::string& source,
+                                        int device_index);
+/// The decompressed bytes of an xz file. Errors: invalid_argument for a
+/// corrupt or truncated file or one over max_trace_file_bytes decompressed.
+result<std::string> decompress_xz(std::string_view bytes, const std::string& source);
 
 }  // namespace strata::replay

@@ -23,12 +23,27 @@ class run {
 
   // Replays; `on_op` is called after each op with the count so far. With
   // `pacer`, each op at its recorded time (the seeds before the clock starts).
+  // `warmup` passes over every op come first, untimed and unsampled.
   template <class OnOp>
-  status go(std::size_t stop_after, bool timed, OnOp on_op, timeline_pacer* pacer = nullptr) {
+  status go(std::size_t stop_after, bool timed, OnOp on_op, timeline_pacer* pacer = nullptr,
+            std::size_t warmup = 0) {
     for (std::size_t i = 0; i < trace_.seeds.size(); ++i) {
       if (auto st = allocate(trace_.seeds[i], 0, false); !st) {
         return at_event("seed " + std::to_string(i), st);
       }
+    }
+    for (std::size_t pass = 0; pass < warmup; ++pass) {
+      for (std::size_t i = 0; i < trace_.ops.size(); ++i) {
+        const trace_op& op = trace_.ops[i];
+        if (op.kind == op_kind::alloc) {
+          if (auto st = allocate(op, i, false); !st) {
+            return at_event("warm-up, event " + std::to_string(i), st);
+          }
+        } else {
+          free(op, false);
+        }
+      }
+      ooms.clear();  // the measured pass's OOMs are the ones reported
     }
     if (pacer != nullptr) pacer->start();
     const std::size_t n = std::min(stop_after, trace_.ops.size());
@@ -189,6 +204,9 @@ class progress_bar {
 }  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
+  if (options.warmup > max_warmup) {
+    return status{errc::invalid_argument, "--warmup: at most " + std::to_string(max_warmup)};
+  }
   if (options.timeline && !trace.timed && !trace.ops.empty()) {
     return status{errc::invalid_argument,
                   trace.source + ": --timeline needs the time of every call, which this " +
@@ -226,7 +244,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   std::unique_ptr<timeline_pacer> pacer;
   if (options.timeline)
     pacer = std::make_unique<timeline_pacer>(a.dev(), trace, options.gpu_lag_ms);
-  if (auto s = first.go(n, true, sample, pacer.get()); !s) return s;
+  if (auto s = first.go(n, true, sample, pacer.get(), options.warmup); !s) return s;
   if (n == 0) sample(0);
   const allocator_stats end = a.counters();
   r.device_waits = end.num_device_waits;
@@ -260,7 +278,11 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   auto again = make_allocator(plain, trace);
   if (!again) return again.error();
   run second(trace, **again);
-  if (auto s = second.go(r.peak_op, false, [](std::size_t) {}); !s) return s;
+  if (auto s = second.go(
+          r.peak_op, false, [](std::size_t) {}, nullptr, options.warmup);
+      !s) {
+    return s;
+  }
   r.page_map_at_peak = (*again)->page_map();
   for (const auto& [addr, h] : second.live) r.largest_at_peak.push_back(h.block);
   const std::size_t top = std::min<std::size_t>(10, r.largest_at_peak.size());

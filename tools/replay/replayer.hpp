@@ -29,6 +29,8 @@ namespace strata::replay {
 /// The most distinct streams a trace may use: each is a device stream (a
 /// thread on the sim device); real traces use a handful.
 inline constexpr std::size_t max_replay_streams = 256;
+/// The most warm-up passes a replay makes.
+inline constexpr std::size_t max_warmup = 16;
 
 struct replay_options {
   std::string device = "sim:capacity=80GiB";
@@ -44,6 +46,10 @@ struct replay_options {
   bool timeline = false;
   /// How far the GPU runs behind the host when the trace has no kernels.
   double gpu_lag_ms = 12;
+  /// Passes over the trace's ops before the measured one (a trace recorded
+  /// in a warm process, like a profiler trace of steps after the first,
+  /// replays warm that way). At most max_warmup.
+  std::size_t warmup = 0;
 };
 
 struct replay_sample {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 namespace strata::replay {
@@ -64,7 +65,11 @@ timeline_pacer::timeline_pacer(device& dev, const alloc_trace& trace, double gpu
   t0_ = trace.ops.front().time_ns;
   end_ns_ = trace.ops.back().time_ns;
   for (const gpu_kernel& k : trace.kernels) end_ns_ = std::max(end_ns_, k.start_ns + k.duration_ns);
-  half_ns_ = t0_ + (end_ns_ - t0_) / 2;
+  // The second half is the second half of the calls: a recording's pace
+  // varies (a snapshot taken with stack capture is slow through its first
+  // step), and training's steady state is in its later calls.
+  half_op_ = trace.ops.size() / 2;
+  half_ns_ = trace.ops[half_op_].time_ns;
 }
 
 void timeline_pacer::start() {
@@ -119,7 +124,7 @@ status timeline_pacer::replay_wait(const host_wait& w) {
 status timeline_pacer::before(std::size_t i) {
   const std::int64_t t = trace_.ops[i].time_ns;
   if (auto s = queue_until(t); !s) return s;
-  if (!half_marked_ && t >= half_ns_) mark_half();
+  if (!half_marked_ && i >= half_op_) mark_half();
   return advance_to(trace_s(t));
 }
 

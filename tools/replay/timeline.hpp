@@ -90,10 +90,11 @@ class timeline_pacer {
   const alloc_trace& trace_;
   double lag_ms_;
   std::int64_t t0_ = 0;
-  std::int64_t end_ns_ = 0;  // the last op, or the last kernel's end if later
-  std::int64_t half_ns_ = 0;
-  double base_ = 0;   // the modeled time of the trace's first op
-  double delay_ = 0;  // seconds the host runs behind the recording
+  std::int64_t end_ns_ = 0;   // the last op, or the last kernel's end if later
+  std::size_t half_op_ = 0;   // the first op of the second half
+  std::int64_t half_ns_ = 0;  // its recorded time
+  double base_ = 0;           // the modeled time of the trace's first op
+  double delay_ = 0;          // seconds the host runs behind the recording
   std::size_t next_kernel_ = 0;
   std::size_t next_wait_ = 0;
   bool half_marked_ = false;

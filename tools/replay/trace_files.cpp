@@ -318,17 +318,36 @@ result<alloc_trace> read_trace(const std::string& path, int device_index) {
   if (!file) return file.error();
   std::string_view bytes = *file;
   if (bytes.empty()) return status{errc::invalid_argument, path + ": the file is empty"};
+  std::string decompressed;
+  if (bytes.starts_with("\xFD"
+                        "7zXZ")) {
+    auto text = decompress_xz(bytes, path);
+    if (!text) return text.error();
+    decompressed = std::move(*text);
+    bytes = decompressed;
+    if (bytes.empty()) return status{errc::invalid_argument, path + ": the file is empty"};
+  }
   if (static_cast<unsigned char>(bytes[0]) == 0x80) {
     return read_pytorch_snapshot(bytes, path, device_index);
   }
   if (bytes.starts_with("\xEF\xBB\xBF")) bytes.remove_prefix(3);  // a UTF-8 byte order mark
-  if (bytes.starts_with('{')) return read_strata_trace_json(bytes, path);
+  if (const std::size_t text = bytes.find_first_not_of(" \t\r\n");
+      text != std::string_view::npos && bytes[text] == '{') {
+    bytes.remove_prefix(text);  // JSON may start with blank lines (profiler traces do)
+  }
+  if (bytes.starts_with('{')) {
+    if (bytes.find("\"traceEvents\"") != std::string_view::npos) {
+      return read_profiler_trace(bytes, path, device_index);
+    }
+    return read_strata_trace_json(bytes, path);
+  }
   if (bytes.starts_with("Thread,")) return read_rmm_csv(bytes, path);
   if (bytes.starts_with("id,")) return read_lifetime_csv(bytes, path);
   return status{errc::invalid_argument,
                 path +
                     ": unknown trace format (expected a PyTorch snapshot pickle, a Strata "
-                    "trace JSON, an RMM log CSV or an id,lower,upper,size CSV)"};
+                    "trace JSON, a torch.profiler trace JSON, an RMM log CSV or an "
+                    "id,lower,upper,size CSV, any of them may be xz-compressed)"};
 }
 
 }  // namespace strata::replay

@@ -1,0 +1,233 @@
+#include "page_table.hpp"
+
+#include <algorithm>
+#include <cassert>
+
+#include "stream_arena.hpp"
+
+namespace strata {
+
+std::uint32_t page_table::add(page_run run) {
+  std::uint32_t id = 0;
+  if (free_ids_.empty()) {
+    id = static_cast<std::uint32_t>(pages_.size());
+    pages_.emplace_back();
+  } else {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+    pages_[id] = page{};
+  }
+  pages_[id].run = run;
+  pages_[id].held = true;
+  return id;
+}
+
+page_run page_table::remove(std::uint32_t id) {
+  page& p = pages_[id];
+  assert(p.maps.empty() && p.live == 0 && !p.listed);
+  const page_run run = p.run;
+  p = page{};
+  free_ids_.push_back(id);
+  return run;
+}
+
+void page_table::list_idle(std::uint32_t id) {
+  page& p = pages_[id];
+  if (p.listed) return;
+  p.listed = true;
+  p.prev = idle_tail_;
+  p.next = none;
+  if (idle_tail_ != none) {
+    pages_[idle_tail_].next = id;
+  } else {
+    idle_head_ = id;
+  }
+  idle_tail_ = id;
+  ++idle_count_;
+}
+
+void page_table::unlist_idle(std::uint32_t id) {
+  page& p = pages_[id];
+  if (!p.listed) return;
+  if (p.prev != none) {
+    pages_[p.prev].next = p.next;
+  } else {
+    idle_head_ = p.next;
+  }
+  if (p.next != none) {
+    pages_[p.next].prev = p.prev;
+  } else {
+    idle_tail_ = p.prev;
+  }
+  p.prev = p.next = none;
+  p.listed = false;
+  --idle_count_;
+}
+
+std::vector<std::uint32_t> page_table::idle_pages() const {
+  std::vector<std::uint32_t> out;
+  out.reserve(idle_count_);
+  for (std::uint32_t id = idle_head_; id != none; id = pages_[id].next) out.push_back(id);
+  return out;
+}
+
+std::uint32_t page_table::mapping_at(const page& p, const stream_arena& arena, std::size_t index) {
+  for (std::size_t k = 0; k < p.maps.size(); ++k) {
+    if (p.maps[k].arena == &arena && p.maps[k].index == index) return static_cast<std::uint32_t>(k);
+  }
+  return none;
+}
+
+void page_table::add_mapping(std::uint32_t id, stream_arena& arena, std::size_t index) {
+  page& p = pages_[id];
+  assert(p.live == 0);
+  p.maps.push_back({&arena, static_cast<std::uint32_t>(index), false});
+  arena.set_page(index, id);
+  list_idle(id);
+}
+
+void page_table::remove_mapping(stream_arena& arena, std::size_t index) {
+  const std::uint32_t id = arena.page(index);
+  page& p = pages_[id];
+  const std::uint32_t k = mapping_at(p, arena, index);
+  assert(k != none && k != p.active && (p.live == 0 || p.maps[k].shadowed));
+  if (p.maps[k].shadowed) {
+    std::vector<shadow_run> one{{&arena, static_cast<std::uint32_t>(index), 1}};
+    apply(one, false);
+  }
+  p.maps.erase(p.maps.begin() + k);
+  if (p.active != none && p.active > k) --p.active;
+  arena.set_page(index, none);
+  if (p.maps.empty()) unlist_idle(id);
+  if (std::none_of(p.maps.begin(), p.maps.end(),
+                   [](const page_mapping& m) { return m.shadowed; })) {
+    std::erase(unsettled_, id);
+  }
+}
+
+void page_table::apply(std::vector<shadow_run>& marks, bool on) const {
+  if (marks.empty()) return;
+  std::sort(marks.begin(), marks.end(), [](const shadow_run& a, const shadow_run& b) {
+    return a.arena != b.arena ? a.arena < b.arena : a.first < b.first;
+  });
+  // Adjacent pages of one arena form one run: one block-map update each.
+  std::size_t out = 0;
+  for (std::size_t i = 1; i < marks.size(); ++i) {
+    shadow_run& last = marks[out];
+    if (marks[i].arena == last.arena && marks[i].first == last.first + last.count) {
+      last.count += marks[i].count;
+    } else {
+      marks[++out] = marks[i];
+    }
+  }
+  marks.resize(out + 1);
+  for (const shadow_run& r : marks) {
+    const std::uintptr_t va = r.arena->page_addr(r.first);
+    const std::size_t bytes = std::size_t{r.count} * granularity_;
+    if (on) {
+      r.arena->blocks().shadow(va, bytes);
+    } else {
+      r.arena->blocks().unshadow(va, bytes);
+    }
+  }
+  marks.clear();
+}
+
+void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
+  scratch_.clear();
+  const std::size_t last = arena.page_of(addr + bytes - 1);
+  for (std::size_t i = arena.page_of(addr); i <= last; ++i) {
+    const std::uint32_t id = arena.page(i);
+    assert(id != none);
+    page& p = pages_[id];
+    if (p.live++ > 0) {
+      assert(p.maps[p.active].arena == &arena && p.maps[p.active].index == i);
+      continue;
+    }
+    p.active = mapping_at(p, arena, i);
+    assert(p.active != none && !p.maps[p.active].shadowed);
+    unlist_idle(id);
+    for (std::size_t k = 0; k < p.maps.size(); ++k) {
+      page_mapping& m = p.maps[k];
+      if (k == p.active || m.shadowed) continue;
+      m.shadowed = true;
+      scratch_.push_back({m.arena, m.index, 1});
+    }
+  }
+  apply(scratch_, true);
+}
+
+bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) const {
+  const page& p = pages_[id];
+  const bool epoch_done = p.freed_in == nullptr || p.freed_in->idle(p.freed_epoch);
+  bool left = false;
+  for (const page_mapping& m : p.maps) {
+    if (!m.shadowed) continue;
+    if (epoch_done || p.freed_in == nullptr || m.arena->stream() == p.freed_in->stream()) {
+      out.push_back({m.arena, m.index, 1});
+    } else {
+      left = true;
+    }
+  }
+  return !left;
+}
+
+void page_table::block_dead(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
+  scratch_.clear();
+  const std::size_t last = arena.page_of(addr + bytes - 1);
+  for (std::size_t i = arena.page_of(addr); i <= last; ++i) {
+    const std::uint32_t id = arena.page(i);
+    page& p = pages_[id];
+    assert(p.live > 0);
+    if (--p.live > 0) continue;
+    p.active = none;
+    p.freed_in = &arena;
+    p.freed_epoch = arena.page_epoch(i);
+    const std::size_t before = scratch_.size();
+    const bool settled = lift_shadows(id, scratch_);
+    for (std::size_t j = before; j < scratch_.size(); ++j) {
+      pages_[id].maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
+    }
+    if (!settled && std::find(unsettled_.begin(), unsettled_.end(), id) == unsettled_.end()) {
+      unsettled_.push_back(id);
+    }
+    list_idle(id);
+  }
+  apply(scratch_, false);
+}
+
+bool page_table::epoch_pending(std::uint32_t id) const {
+  const page& p = pages_[id];
+  return p.freed_in != nullptr && !p.freed_in->idle(p.freed_epoch);
+}
+
+bool page_table::usable_in(std::uint32_t id, const stream_arena& arena) const {
+  const page& p = pages_[id];
+  if (p.live > 0) return false;
+  return p.freed_in == nullptr || p.freed_in->stream() == arena.stream() ||
+         p.freed_in->idle(p.freed_epoch);
+}
+
+void page_table::settle() {
+  scratch_.clear();
+  for (std::size_t u = 0; u < unsettled_.size();) {
+    const std::uint32_t id = unsettled_[u];
+    page& p = pages_[id];
+    const std::size_t before = scratch_.size();
+    // A page active again keeps its shadows: it is off this list then.
+    const bool settled = p.live > 0 || lift_shadows(id, scratch_);
+    if (p.live > 0) scratch_.resize(before);
+    for (std::size_t j = before; j < scratch_.size(); ++j) {
+      p.maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
+    }
+    if (settled) {
+      unsettled_[u] = unsettled_.back();
+      unsettled_.pop_back();
+    } else {
+      ++u;
+    }
+  }
+  apply(scratch_, false);
+}
+
+}  // namespace strata

@@ -1,0 +1,154 @@
+// The physical pages the allocator holds, every address each is mapped at,
+// and which of those mappings holds its live bytes.
+//
+// Why a page has several mappings: a request that no mapped free range
+// can hold is backed by idle pages from holes elsewhere (stitching). The
+// pages are mapped at the new range *as well*, never moved: the old
+// mappings stay, so nothing waits for queued work to unmap them, and when
+// training repeats its requests next step, each finds its range still
+// mapped and costs no driver call (docs/allocator.md, "Stitching").
+//
+// A page's live bytes are at one mapping at a time, its *active* one; its
+// other mappings are *shadowed*: covered by shadow blocks of their arenas'
+// block maps, so no request is placed there. When the page's last block
+// there ends, the shadows go: at once in arenas of the same stream (its
+// order protects the bytes), and in other streams' arenas once the epoch
+// of the free is known complete (`settle`).
+//
+// Invariants: live > 0 exactly when active != none, and live counts the
+// blocks in use (allocated, pending, slabs) overlapping the page at its
+// active mapping; while live > 0 every other mapping is shadowed; an idle
+// page (live == 0) with a mapping is on the idle list, in the order it
+// became idle; a shadowed mapping of an idle page is in another stream's
+// arena than the page's last free, whose epoch is not known complete.
+// Cost: block_live/block_dead touch each page a block overlaps once, and
+// carve or lift shadows in runs of adjacent pages (one block-map update per
+// run). Nothing here calls the device.
+//
+// Thread safety: none; the allocator's mutex serializes calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "strata/device.hpp"
+
+namespace strata {
+
+class stream_arena;
+
+/// Where a page is mapped: page `index` of `arena`.
+struct page_mapping {
+  stream_arena* arena = nullptr;
+  std::uint32_t index = 0;
+  bool shadowed = false;
+};
+
+class page_table {
+ public:
+  static constexpr std::uint32_t none =
+      std::numeric_limits<std::uint32_t>::max();  // = stream_arena::unmapped
+
+  explicit page_table(std::size_t granularity) : granularity_(granularity) {}
+  page_table(const page_table&) = delete;
+  page_table& operator=(const page_table&) = delete;
+  page_table(page_table&&) = delete;
+  page_table& operator=(page_table&&) = delete;
+  ~page_table() = default;
+
+  /// Records a page just created (unmapped, idle); returns its id.
+  std::uint32_t add(page_run run);
+  /// Forgets a page that has no mapping (being released); returns its run.
+  page_run remove(std::uint32_t id);
+  [[nodiscard]] const page_run& run(std::uint32_t id) const { return pages_[id].run; }
+  [[nodiscard]] const std::vector<page_mapping>& mappings(std::uint32_t id) const {
+    return pages_[id].maps;
+  }
+  [[nodiscard]] bool idle(std::uint32_t id) const { return pages_[id].live == 0; }
+
+  /// Records that page `id`, idle, is now mapped (and accessible) at page
+  /// `index` of `arena` too; the arena records it as well.
+  void add_mapping(std::uint32_t id, stream_arena& arena, std::size_t index);
+  /// Records that the page mapped at `index` of `arena` is unmapped there:
+  /// an idle page, or a mapping other than a live page's active one (a
+  /// shadow there is lifted first); the arena forgets it too. The page goes
+  /// off the idle list when it has no mapping left.
+  void remove_mapping(stream_arena& arena, std::size_t index);
+
+  /// A block [addr, addr+bytes) of `arena` became allocated (or a slab):
+  /// its pages gain a live block, and pages that were idle become active
+  /// here, their other mappings shadowed. Every page must be mapped here
+  /// and not shadowed (the range was free).
+  void block_live(stream_arena& arena, std::uintptr_t addr, std::size_t bytes);
+  /// The block [addr, addr+bytes) of `arena` is free again (its pages'
+  /// epochs already stamped): pages left with no live block become idle,
+  /// their shadows lifted where the stream allows it.
+  void block_dead(stream_arena& arena, std::uintptr_t addr, std::size_t bytes);
+
+  /// True when the work before page `id`'s last free is not known done:
+  /// other streams may not use the page yet.
+  [[nodiscard]] bool epoch_pending(std::uint32_t id) const;
+  /// True when page `id` is idle and may be used in `arena` now: its last
+  /// free was on the arena's stream, or that free's epoch is complete.
+  [[nodiscard]] bool usable_in(std::uint32_t id, const stream_arena& arena) const;
+  /// Lifts the shadows of idle pages whose last free's epoch is now
+  /// complete (the caller polled the arenas).
+  void settle();
+  /// True while some idle page still has shadows waiting on an epoch.
+  [[nodiscard]] bool unsettled() const noexcept { return !unsettled_.empty(); }
+
+  /// The idle pages, oldest idle first (a copy: the caller may change the
+  /// table while walking it).
+  [[nodiscard]] std::vector<std::uint32_t> idle_pages() const;
+  [[nodiscard]] std::size_t idle_count() const noexcept { return idle_count_; }
+  /// Pages held (created and not yet removed).
+  [[nodiscard]] std::size_t size() const noexcept { return pages_.size() - free_ids_.size(); }
+  /// Calls `f(id)` for every page held.
+  template <class F>
+  void for_each(F f) const {
+    for (std::uint32_t id = 0; id < pages_.size(); ++id) {
+      if (pages_[id].held) f(id);
+    }
+  }
+
+ private:
+  struct page {
+    page_run run;
+    std::vector<page_mapping> maps;
+    std::uint32_t live = 0;
+    std::uint32_t active = none;       // index into maps while live > 0
+    stream_arena* freed_in = nullptr;  // where its last block ended, and the epoch then
+    std::uint64_t freed_epoch = 0;
+    std::uint32_t prev = none;  // the idle list
+    std::uint32_t next = none;
+    bool listed = false;
+    bool held = false;
+  };
+  // A run of adjacent pages of one arena to shadow or unshadow.
+  struct shadow_run {
+    stream_arena* arena;
+    std::uint32_t first;
+    std::uint32_t count;
+  };
+
+  void list_idle(std::uint32_t id);
+  void unlist_idle(std::uint32_t id);
+  static std::uint32_t mapping_at(const page& p, const stream_arena& arena, std::size_t index);
+  // Carves (`on`) or lifts the shadows of `marks` (sorted into runs first).
+  void apply(std::vector<shadow_run>& marks, bool on) const;
+  // Lifts the shadows page `id` (idle) may lose now; true when none is left.
+  bool lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) const;
+
+  std::size_t granularity_;
+  std::vector<page> pages_;
+  std::vector<std::uint32_t> free_ids_;
+  std::uint32_t idle_head_ = none;
+  std::uint32_t idle_tail_ = none;
+  std::size_t idle_count_ = 0;
+  std::vector<std::uint32_t> unsettled_;  // idle pages with shadows waiting on an epoch
+  std::vector<shadow_run> scratch_;       // reused by block_live/block_dead
+};
+
+}  // namespace strata
