@@ -102,6 +102,7 @@ attempt<void*> caching_allocator::allocate_small(stream_state& st, std::size_t b
   stats_.allocated_bytes.add(pool_small, size);
   stats_.active_bytes.add(pool_small, size);
   stats_.requested_bytes.add(pool_small, static_cast<std::int64_t>(bytes));
+  sample_allocated_peak();
   if (trace_.on()) trace_.record(trace_action::alloc, p, bytes, st.stream.native);
   return reinterpret_cast<void*>(p);
 }
@@ -116,6 +117,7 @@ attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t b
   stats_.allocated_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.active_bytes.add(pool, static_cast<std::int64_t>(size));
   stats_.requested_bytes.add(pool, static_cast<std::int64_t>(bytes));
+  sample_allocated_peak();
   if (trace_.on()) trace_.record(trace_action::alloc, (*it)->first, bytes, st.stream.native);
   return reinterpret_cast<void*>((*it)->first);
 }
@@ -385,6 +387,9 @@ allocator_stats caching_allocator::current_stats() {
   pages_.refresh_derived_stats();
   allocator_stats view = stats_;
   caches_.fold_all(view);
+  sample_allocated_peak();
+  stat& allocated = view.allocated_bytes[pool_all];
+  allocated.peak = std::max(allocated_peak_, allocated.current);
   view.driver = dev_->call_totals();
   return view;
 }
@@ -392,6 +397,7 @@ allocator_stats caching_allocator::current_stats() {
 void caching_allocator::reset_peak_stats() {
   std::lock_guard lock(mu_);
   stats_.reset_peaks();
+  allocated_peak_ = stats_.allocated_bytes[pool_all].current + caches_.net_bytes();
 }
 
 status caching_allocator::empty_cache() {

@@ -211,6 +211,14 @@ class caching_allocator {
   // The stats as stats() reports them: derived values refreshed, thread
   // caches' counters folded in. Needs the mutex.
   [[nodiscard]] allocator_stats current_stats();
+  // Raises the peak of allocated bytes to what is allocated now, the
+  // blocks lent by other threads' caches counted and those parked there
+  // not (stats_'s own peak counts parked bytes as allocated, so it could
+  // pass the reserved bytes).
+  void sample_allocated_peak() noexcept {
+    allocated_peak_ =
+        std::max(allocated_peak_, stats_.allocated_bytes[pool_all].current + caches_.net_bytes());
+  }
 
   // fast_path.cpp: the thread-cache paths.
   // Parks a block freed on its own stream in the calling thread's empty
@@ -268,7 +276,8 @@ class caching_allocator {
   pressure_handlers handlers_;
   stats_sources sources_;
   std::optional<oom_report> last_oom_;
-  cache_binding caches_;  // destroyed first: no thread cache comes back
+  std::int64_t allocated_peak_ = 0;  // allocated_bytes.all.peak as reported
+  cache_binding caches_;             // destroyed first: no thread cache comes back
 };
 
 }  // namespace strata

@@ -123,6 +123,7 @@ class thread_cache {
     bin& b = bins_[cls];
     if (b.count == 0) return nullptr;
     add(b.out, 1);
+    add(net_bytes_, b.size);
     return &b.items[--b.count];
   }
   /// Parks an object of class `cls` and counts the caller's free; false
@@ -132,7 +133,15 @@ class thread_cache {
     if (b.count == b.limit) return false;
     b.items[b.count++] = e;
     add(b.in, 1);
+    add(net_bytes_, -static_cast<std::int64_t>(b.size));
     return true;
+  }
+  /// Bytes allocated out of the cache less those freed into it since the
+  /// counters were last folded: what the allocator's shared allocated_bytes
+  /// miss (parked objects and blocks stay counted there). Any thread may
+  /// read it (a relaxed load).
+  [[nodiscard]] std::int64_t net_bytes() const noexcept {
+    return net_bytes_.load(std::memory_order_relaxed);
   }
   /// Objects of class `cls` that went into / out of the cache.
   [[nodiscard]] std::int64_t parked_in(std::size_t cls) const noexcept {
@@ -154,6 +163,7 @@ class thread_cache {
   void count_slot(bool small_pool, direction d, std::int64_t blocks, std::int64_t bytes,
                   std::int64_t requested) noexcept {
     slot_traffic& t = slot_traffic_[small_pool ? 1 : 0][d == direction::out ? 0 : 1];
+    add(net_bytes_, d == direction::out ? bytes : -bytes);
     add(t.blocks, blocks);
     add(t.bytes, bytes);
     add(t.requested, requested);
@@ -176,6 +186,7 @@ class thread_cache {
     }
   }
   void reset_counters() noexcept {
+    net_bytes_.store(0, std::memory_order_relaxed);
     bin_requested_out_.store(0, std::memory_order_relaxed);
     bin_requested_in_.store(0, std::memory_order_relaxed);
     for (auto& pool : slot_traffic_) {
@@ -208,6 +219,7 @@ class thread_cache {
   struct bin {
     std::uint32_t count = 0;
     std::uint32_t limit = 0;  // set at bind from the class size
+    std::uint32_t size = 0;   // the class size, set at bind
     std::array<entry, bin_capacity> items{};
     std::atomic<std::int64_t> in{0};   // user frees parked here
     std::atomic<std::int64_t> out{0};  // user allocations served from here
@@ -231,6 +243,7 @@ class thread_cache {
   const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
   std::uint64_t deaths_at_bind_ = 0;
+  std::atomic<std::int64_t> net_bytes_{0};
   std::atomic<std::int64_t> bin_requested_out_{0};
   std::atomic<std::int64_t> bin_requested_in_{0};
   // [large_pool, small_pool][out, in]
