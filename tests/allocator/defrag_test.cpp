@@ -57,6 +57,58 @@ TEST(Defrag, InterleavedHolesServeALargerRequest) {
   verify_all(kept);
 }
 
+// Memory driver calls made on `d` so far.
+std::uint64_t memory_calls(device& d) {
+  std::uint64_t n = 0;
+  const driver_call_totals t = d.call_totals();
+  for (driver_call k : {driver_call::create_pages, driver_call::release_pages, driver_call::map,
+                        driver_call::unmap, driver_call::set_access}) {
+    n += t[static_cast<std::size_t>(k)].calls;
+  }
+  return n;
+}
+
+// Training repeats its requests every step. A step that needed a stitch
+// keeps the stitched mapping (and the holes' own), so the next identical
+// step finds every range mapped: no driver call, no new page, bytes intact.
+TEST(Defrag, ARepeatedStepStitchesOnceThenMakesNoDriverCall) {
+  auto a = make_allocator("sim:capacity=64MiB");
+  ASSERT_TRUE(a);
+  auto keep = a->malloc_async(8 * mib, nullptr);  // a parameter, live throughout
+  ASSERT_TRUE(keep.ok());
+  fill(*keep, 8 * mib, 7);
+  std::uint64_t calls_before = 0;
+  for (int step = 0; step < 4; ++step) {
+    const std::uint64_t start = memory_calls(a->dev());
+    std::vector<void*> acts;
+    for (int i = 0; i < 12; ++i) {  // activations: 48 MiB, the device is full
+      auto p = a->malloc_async(4 * mib, nullptr);
+      ASSERT_TRUE(p.ok()) << "step " << step << ": " << p.error().to_string();
+      acts.push_back(*p);
+    }
+    for (int i = 0; i < 12; i += 2) ASSERT_TRUE(a->free_async(acts[i], nullptr).ok());
+    auto logits = a->malloc_async(16 * mib, nullptr);  // fits in no hole
+    ASSERT_TRUE(logits.ok()) << "step " << step << ": " << logits.error().to_string();
+    fill(*logits, 16 * mib, static_cast<unsigned char>(step));
+    EXPECT_TRUE(holds(*logits, 16 * mib, static_cast<unsigned char>(step)));
+    ASSERT_TRUE(a->free_async(*logits, nullptr).ok());
+    for (int i = 1; i < 12; i += 2) ASSERT_TRUE(a->free_async(acts[i], nullptr).ok());
+    const std::uint64_t calls = memory_calls(a->dev()) - start;
+    if (step == 0) {
+      EXPECT_GT(calls, 0U) << "the first step creates and stitches";
+      calls_before = stat_of(*a, "num_stitches");
+      EXPECT_GE(calls_before, 1U);
+    } else {
+      EXPECT_EQ(calls, 0U) << "step " << step << " repeats the first";
+      EXPECT_EQ(static_cast<std::uint64_t>(stat_of(*a, "num_stitches")), calls_before);
+    }
+    EXPECT_EQ(stat_of(*a, "reserved_bytes.all.peak"), static_cast<std::int64_t>(56 * mib))
+        << "the peak of live bytes: no page more";
+  }
+  EXPECT_TRUE(holds(*keep, 8 * mib, 7));
+  ASSERT_TRUE(a->free_async(*keep, nullptr).ok());
+}
+
 // Small objects stay live while every large block is freed: they sit in
 // their own slab pages, so they pin no large range.
 TEST(Defrag, SmallBlocksPinNoLargeRange) {
