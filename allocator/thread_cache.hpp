@@ -17,8 +17,9 @@
 //
 // Accounting: parked objects stay counted as allocated in the allocator's
 // shared counters; the cache counts what went in and out, and stats() nets
-// the two, so current values are exact. Peaks are updated on the locked path
-// and may exceed the true peak by the bytes parked in other threads' caches:
+// the two, so current values are exact, and so is the peak of allocated
+// bytes (net_bytes). Other peaks are updated on the locked path and may
+// exceed the true peak by the bytes parked in other threads' caches:
 // per class at most 16 objects or 64 KiB, or one object of the classes
 // above 64 KiB (about 9 MiB per thread), plus one large block. A thread's own
 // parked large block is taken back before it allocates on the locked path,
