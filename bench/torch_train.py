@@ -1,0 +1,223 @@
+"""Trains a transformers causal LM built from its config (random weights,
+autocast bf16, AdamW) under each allocator in its own process, and compares
+their step time and memory.
+
+    python3 bench/torch_train.py --model gpt2 --batch 8 --seq 1024 --steps 8
+    python3 bench/torch_train.py --model qwen2.5-0.5b --batch 4 --seq 2048 --limit-gib 35.51
+
+Modes (--modes, default all four): `native` (PyTorch's caching allocator),
+`expandable` (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), `strata`
+(strata_torch.install(): Strata's plugin as PyTorch's allocator) and
+`preload` (LD_PRELOAD=libstrata_preload.so under PyTorch's own caching).
+--limit-gib caps each process with torch.cuda.set_per_process_memory_fraction.
+
+Per mode it prints the median step time (steps after the first), the peak
+allocated and reserved bytes (PyTorch's max_memory_*, or Strata's stats)
+and the device memory used (total - cudaMemGetInfo free, with the CUDA
+context), then
+
+    torch train: step strata / native R; device memory strata / native M1, strata / expandable M2
+
+It needs a CUDA GPU, PyTorch with CUDA and transformers; without them it
+says what is missing and exits 0 (scripts/gpu-check relies on that).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODES = ("native", "expandable", "strata", "preload")
+GIB = 2**30
+
+
+def model_config(name, seq):
+    """The published config of `name` (weights are random)."""
+    from transformers import GPT2Config, Qwen2Config
+
+    if name == "gpt2":
+        return GPT2Config(n_positions=max(1024, seq))
+    if name == "gpt2-medium":
+        return GPT2Config(n_positions=max(1024, seq), n_embd=1024, n_layer=24, n_head=16)
+    qwen = dict(vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True,
+                rope_theta=1000000.0, num_key_value_heads=2)
+    if name == "qwen2.5-0.5b":
+        return Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                           num_attention_heads=14, **qwen)
+    if name == "qwen2.5-1.5b":
+        return Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                           num_attention_heads=12, **qwen)
+    raise SystemExit(f"torch_train: unknown model '{name}' (gpt2, gpt2-medium, qwen2.5-0.5b, "
+                     "qwen2.5-1.5b)")
+
+
+def missing():
+    """Why this machine cannot run the harness, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return f"PyTorch {torch.__version__} sees no CUDA GPU"
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return "transformers is not installed"
+    return None
+
+
+def child(args):
+    """One mode's run, in its own process: prints one JSON line."""
+    import time
+
+    import torch
+
+    result = {"mode": args.child}
+    if args.child == "strata":
+        sys.path.insert(0, os.path.join(ROOT, "integrations", "torch"))
+        import strata_torch
+
+        strata_torch.install(os.path.join(args.build, "integrations", "torch",
+                                          "libstrata_torch.so"))
+    from transformers import AutoModelForCausalLM
+
+    if args.limit_gib:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit_gib * GIB / total))
+    torch.manual_seed(0)
+    cfg = model_config(args.model, args.seq)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").cuda()
+    if args.checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
+                         generator=torch.Generator().manual_seed(1)).cuda()
+    _, total = torch.cuda.mem_get_info()
+    times, losses, used = [], [], []
+    try:
+        for _ in range(args.steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(input_ids=data, labels=data)
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            losses.append(out.loss.item())
+            free, _ = torch.cuda.mem_get_info()
+            used.append(total - free)
+    except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+        result["oom"] = str(e).splitlines()[0][:300]
+    result["step_s"] = times
+    result["losses"] = losses
+    result["device_used_gib"] = max(used) / GIB if used else None
+    if args.child == "strata":
+        stats = strata_torch.memory_stats()
+        result["peak_allocated_gib"] = stats.get("allocated_bytes.all.peak", 0) / GIB
+        result["peak_reserved_gib"] = stats.get("reserved_bytes.all.peak", 0) / GIB
+        result["stitches"] = stats.get("num_stitches", 0)
+        result["driver_calls"] = stats.get("driver_calls.all", 0)
+        result["device_wait_ms"] = stats.get("device_wait_ns", 0) / 1e6
+    else:
+        result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
+        result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
+    print(json.dumps(result), flush=True)
+
+
+def run_mode(mode, args):
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if mode == "expandable":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if mode == "preload":
+        env["LD_PRELOAD"] = os.path.join(args.build, "integrations", "preload",
+                                         "libstrata_preload.so")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--model", args.model,
+           "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
+           "--limit-gib", str(args.limit_gib), "--build", args.build]
+    if args.checkpointing:
+        cmd.append("--checkpointing")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"mode": mode, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return json.loads(lines[-1])
+
+
+def step_time(r):
+    steps = r.get("step_s") or []
+    return statistics.median(steps[1:]) if len(steps) > 1 else None
+
+
+def ratio(a, b):
+    return f"{a / b:.3f}" if a is not None and b else "n/a"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--limit-gib", type=float, default=0.0)
+    p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
+    p.add_argument("--json", help="write every mode's results here")
+    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.steps < 2:
+        raise SystemExit("torch_train: --steps must be at least 2 (the first is not timed)")
+    if args.child:
+        child(args)
+        return
+    why = missing()
+    if why:
+        print(f"torch train: skipped: {why}")
+        return
+    modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"torch_train: unknown mode '{m}' ({', '.join(MODES)})")
+    results = {}
+    cap = f", cap {args.limit_gib:g} GiB" if args.limit_gib else ", uncapped"
+    print(f"torch train: {args.model}, batch {args.batch} x {args.seq}{cap}")
+    for m in modes:
+        r = run_mode(m, args)
+        results[m] = r
+        if "error" in r:
+            print(f"  {m:10s} failed: {r['error']}")
+            continue
+        st = step_time(r)
+        line = (f"  {m:10s} step {st * 1e3:.1f} ms" if st else f"  {m:10s} step n/a") + (
+            f", peak allocated {r['peak_allocated_gib']:.2f} GiB, reserved "
+            f"{r['peak_reserved_gib']:.2f} GiB, device used {r['device_used_gib'] or 0:.2f} GiB")
+        if "stitches" in r:
+            line += (f", {r['stitches']} stitches, {r['driver_calls']} driver calls, "
+                     f"{r['device_wait_ms']:.1f} ms of waits")
+        if r.get("oom"):
+            line += f"; OOM: {r['oom']}"
+        print(line)
+    get = lambda m, f: (results.get(m) or {}).get(f) if "error" not in (results.get(m) or {}) else None
+    step = {m: step_time(results[m]) if m in results and "error" not in results[m] else None
+            for m in modes}
+    print(f"torch train: step strata / native {ratio(step.get('strata'), step.get('native'))}; "
+          f"device memory strata / native "
+          f"{ratio(get('strata', 'device_used_gib'), get('native', 'device_used_gib'))}, "
+          f"strata / expandable "
+          f"{ratio(get('strata', 'device_used_gib'), get('expandable', 'device_used_gib'))}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"args": vars(args), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
