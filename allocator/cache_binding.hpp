@@ -52,11 +52,11 @@ class cache_binding {
   }
   // Adds `tc`'s counters to `s` as stats() reports them.
   void fold(allocator_stats& s, const thread_cache& tc) const;
-  // The bytes the bound caches' counters add to the shared allocated_bytes
-  // (see thread_cache::net_bytes).
-  [[nodiscard]] std::int64_t net_bytes() const noexcept {
+  // The bytes the bound caches' large slots add to the shared
+  // allocated_bytes (see thread_cache::slot_net_bytes).
+  [[nodiscard]] std::int64_t slot_net_bytes() const noexcept {
     std::int64_t n = 0;
-    for (const thread_cache* tc : caches_) n += tc->net_bytes();
+    for (const thread_cache* tc : caches_) n += tc->slot_net_bytes();
     return n;
   }
   // Adds every bound cache's counters to `s`.

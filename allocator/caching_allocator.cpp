@@ -397,7 +397,7 @@ allocator_stats caching_allocator::current_stats() {
 void caching_allocator::reset_peak_stats() {
   std::lock_guard lock(mu_);
   stats_.reset_peaks();
-  allocated_peak_ = stats_.allocated_bytes[pool_all].current + caches_.net_bytes();
+  allocated_peak_ = stats_.allocated_bytes[pool_all].current + caches_.slot_net_bytes();
 }
 
 status caching_allocator::empty_cache() {

@@ -212,12 +212,14 @@ class caching_allocator {
   // caches' counters folded in. Needs the mutex.
   [[nodiscard]] allocator_stats current_stats();
   // Raises the peak of allocated bytes to what is allocated now, the
-  // blocks lent by other threads' caches counted and those parked there
-  // not (stats_'s own peak counts parked bytes as allocated, so it could
-  // pass the reserved bytes).
+  // blocks other threads' slots lent counted and those parked there not
+  // (stats_'s own peak counts a parked block as allocated even after the
+  // locked path took it back and reused its pages, so it could pass the
+  // reserved bytes). Parked small objects stay counted: their slabs keep
+  // their pages.
   void sample_allocated_peak() noexcept {
-    allocated_peak_ =
-        std::max(allocated_peak_, stats_.allocated_bytes[pool_all].current + caches_.net_bytes());
+    allocated_peak_ = std::max(allocated_peak_,
+                               stats_.allocated_bytes[pool_all].current + caches_.slot_net_bytes());
   }
 
   // fast_path.cpp: the thread-cache paths.

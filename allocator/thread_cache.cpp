@@ -56,7 +56,6 @@ void thread_cache::bind(caching_allocator* a, std::uint64_t serial, void* stream
                         stream_arena* arena, const size_classes& classes) noexcept {
   for (std::uint32_t c = 0; c < classes.count(); ++c) {
     const std::size_t fit = bin_bytes / classes.class_size(c);
-    bins_[c].size = static_cast<std::uint32_t>(classes.class_size(c));
     bins_[c].limit =
         static_cast<std::uint32_t>(fit == 0 ? 1 : std::min<std::size_t>(fit, bin_capacity));
   }

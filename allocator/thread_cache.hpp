@@ -17,8 +17,10 @@
 //
 // Accounting: parked objects stay counted as allocated in the allocator's
 // shared counters; the cache counts what went in and out, and stats() nets
-// the two, so current values are exact, and so is the peak of allocated
-// bytes (net_bytes). Other peaks are updated on the locked path and may
+// the two, so current values are exact. The peak of allocated bytes counts
+// the slot's traffic at every locked allocation (slot_net_bytes: a parked
+// block the locked path takes back is free at once), so it never passes
+// the reserved bytes. Other peaks are updated on the locked path and may
 // exceed the true peak by the bytes parked in other threads' caches:
 // per class at most 16 objects or 64 KiB, or one object of the classes
 // above 64 KiB (about 9 MiB per thread), plus one large block. A thread's own
@@ -124,7 +126,6 @@ class thread_cache {
     bin& b = bins_[cls];
     if (b.count == 0) return nullptr;
     add(b.out, 1);
-    add(net_bytes_, b.size);
     return &b.items[--b.count];
   }
   /// Parks an object of class `cls` and counts the caller's free; false
@@ -134,15 +135,20 @@ class thread_cache {
     if (b.count == b.limit) return false;
     b.items[b.count++] = e;
     add(b.in, 1);
-    add(net_bytes_, -static_cast<std::int64_t>(b.size));
     return true;
   }
-  /// Bytes allocated out of the cache less those freed into it since the
-  /// counters were last folded: what the allocator's shared allocated_bytes
-  /// miss (parked objects and blocks stay counted there). Any thread may
-  /// read it (a relaxed load).
-  [[nodiscard]] std::int64_t net_bytes() const noexcept {
-    return net_bytes_.load(std::memory_order_relaxed);
+  /// Bytes the large slot lent out less those freed back into it since
+  /// the counters were last folded: what the allocator's shared
+  /// allocated_bytes miss of the slot's traffic (a parked block stays
+  /// counted there, though the locked path may take it back and reuse its
+  /// pages). Any thread may read it (relaxed loads).
+  [[nodiscard]] std::int64_t slot_net_bytes() const noexcept {
+    std::int64_t n = 0;
+    for (const auto& pool : slot_traffic_) {
+      n += pool[0].bytes.load(std::memory_order_relaxed) -
+           pool[1].bytes.load(std::memory_order_relaxed);
+    }
+    return n;
   }
   /// Objects of class `cls` that went into / out of the cache.
   [[nodiscard]] std::int64_t parked_in(std::size_t cls) const noexcept {
@@ -164,7 +170,6 @@ class thread_cache {
   void count_slot(bool small_pool, direction d, std::int64_t blocks, std::int64_t bytes,
                   std::int64_t requested) noexcept {
     slot_traffic& t = slot_traffic_[small_pool ? 1 : 0][d == direction::out ? 0 : 1];
-    add(net_bytes_, d == direction::out ? bytes : -bytes);
     add(t.blocks, blocks);
     add(t.bytes, bytes);
     add(t.requested, requested);
@@ -187,7 +192,6 @@ class thread_cache {
     }
   }
   void reset_counters() noexcept {
-    net_bytes_.store(0, std::memory_order_relaxed);
     bin_requested_out_.store(0, std::memory_order_relaxed);
     bin_requested_in_.store(0, std::memory_order_relaxed);
     for (auto& pool : slot_traffic_) {
@@ -220,7 +224,6 @@ class thread_cache {
   struct bin {
     std::uint32_t count = 0;
     std::uint32_t limit = 0;  // set at bind from the class size
-    std::uint32_t size = 0;   // the class size, set at bind
     std::array<entry, bin_capacity> items{};
     std::atomic<std::int64_t> in{0};   // user frees parked here
     std::atomic<std::int64_t> out{0};  // user allocations served from here
@@ -244,7 +247,6 @@ class thread_cache {
   const std::atomic<slab*>* slabs_ = nullptr;
   std::uint32_t misses_ = 0;
   std::uint64_t deaths_at_bind_ = 0;
-  std::atomic<std::int64_t> net_bytes_{0};
   std::atomic<std::int64_t> bin_requested_out_{0};
   std::atomic<std::int64_t> bin_requested_in_{0};
   // [large_pool, small_pool][out, in]
