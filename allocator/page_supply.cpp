@@ -121,13 +121,8 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
   }
   if (auto s = map_pages(arena, needed, pages); !s) return s;
   if (stitched > 0) {
-    const auto free_block = arena.blocks().find_containing(addr);
-    const std::uintptr_t free_end = free_block->first + free_block->second.size;
-    const std::uintptr_t end = arena.page_addr(last);  // the range's pages, whole
     arena.blocks().fence_at(addr);
-    if (std::min(end, free_end) < arena.base() + arena.bytes()) {
-      arena.blocks().fence_at(std::min(end, free_end));
-    }
+    if (addr + bytes < arena.base() + arena.bytes()) arena.blocks().fence_at(addr + bytes);
     ++stats_.num_stitches;
     stats_.stitched_bytes += static_cast<std::int64_t>(stitched * granularity_);
     if (trace_.on())
