@@ -54,7 +54,7 @@ status deferred_frees::seal_open_batch(std::vector<pending_free>& done) {
     // A stream we cannot record on (destroyed by its owner, say): fall back
     // to waiting for the whole device, then free the batch.
     const double start = dev_.host_clock();
-    const status sync = dev_.synchronize();
+    status sync = dev_.synchronize();
     ++stats_.num_device_waits;
     stats_.device_wait_ns += static_cast<std::int64_t>((dev_.host_clock() - start) * 1e9);
     if (!sync) return sync;

@@ -36,7 +36,7 @@ void page_supply::count_kind(std::uint32_t id, int sign) {
     stats_.reserved_bytes[pool_of(static_cast<pool_kind>(k))].increase(
         static_cast<std::int64_t>(granularity_));
   } else if (kind >= 0) {
-    const auto k = static_cast<std::size_t>(kind);
+    const auto k = static_cast<std::size_t>(static_cast<unsigned char>(kind));
     --kind_pages_[k];
     stats_.segment[pool_of(static_cast<pool_kind>(k))].decrease(1);
     stats_.reserved_bytes[pool_of(static_cast<pool_kind>(k))].decrease(
@@ -89,9 +89,9 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
       const auto& maps = table_.mappings(id);
       for (std::size_t k = 0; k < needed.size(); ++k) {
         if (pages[k] != none) continue;
-        const auto [lo, hi] = span(needed[k]);
+        const auto fence = span(needed[k]);  // [first, second): its segments' pages
         const bool clash = std::any_of(maps.begin(), maps.end(), [&](const page_mapping& m) {
-          return m.arena == &arena && m.index >= lo && m.index < hi;
+          return m.arena == &arena && m.index >= fence.first && m.index < fence.second;
         });
         if (clash) continue;
         pages[k] = id;
@@ -195,10 +195,8 @@ void page_supply::settle() {
 bool page_supply::waiting_on_epochs() {
   if (table_.unsettled()) return true;
   for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
-  for (std::uint32_t id : table_.idle_pages()) {
-    if (table_.epoch_pending(id)) return true;
-  }
-  return false;
+  return std::ranges::any_of(table_.idle_pages(),
+                             [&](std::uint32_t id) { return table_.epoch_pending(id); });
 }
 
 std::size_t page_supply::unmap_unused(stream_arena& arena) {

@@ -51,7 +51,7 @@ auto device::counted(driver_call kind, Call call) {
   const double took = do_host_clock() - start;
   const auto k = static_cast<std::size_t>(kind);
   calls_[k].fetch_add(1, std::memory_order_relaxed);
-  call_ns_[k].fetch_add(took > 0 ? static_cast<std::uint64_t>(took * 1e9 + 0.5) : 0,
+  call_ns_[k].fetch_add(took > 0 ? static_cast<std::uint64_t>(std::llround(took * 1e9)) : 0,
                         std::memory_order_relaxed);
   return r;
 }
