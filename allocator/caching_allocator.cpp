@@ -150,10 +150,14 @@ attempt<block_map::iterator> caching_allocator::place(stream_state& st, stream_a
     auto it = arena.blocks().first_fit(size);
     if (it == arena.blocks().end()) {
       // The arena's address space is spent (every stitch keeps its
-      // mappings): give back the mappings no block uses, then look again.
-      if (pages_.unmap_unused(arena) == 0) break;
-      it = arena.blocks().first_fit(size);
-      if (it == arena.blocks().end()) break;
+      // mappings): give back the mappings no block uses, else let pending
+      // frees complete (their blocks' ranges come back), then look again.
+      if (pages_.unmap_unused(arena) > 0) continue;
+      auto progressed = relieve_shortage(true);
+      if (!progressed.ok()) return progressed.error();
+      if (!progressed.yes()) break;
+      ++stats_.num_alloc_retries;
+      continue;
     }
     if (!it->second.mapped) {
       // Backing maps pages only: the block map, and `it`, stay as they are.

@@ -245,6 +245,7 @@ void residency_manager::finish_read(const read_job& job, status read) {
   buffer& b = buffers_.at(job.handle);  // unregister waits for the read
   b.reading = false;
   b.read_done_at = modeled_now();
+  last_read_done_at_ = std::max(last_read_done_at_, b.read_done_at);
   reading_bytes_ -=
       job.dev != nullptr ? 2 * std::min<std::uint64_t>(staging_chunk_, job.bytes) : job.bytes;
   --stats_.fills_in_flight;
@@ -272,6 +273,13 @@ void residency_manager::finish_read(const read_job& job, status read) {
     }
   }
   reads_done_.notify_all();
+}
+
+void residency_manager::wait_for_reads() {
+  std::unique_lock lock(mu_);
+  // reading_bytes_ counts queued reads and the one being read.
+  reads_done_.wait(lock, [&] { return stopping_ || reading_bytes_ == 0; });
+  modeled_wait_until(last_read_done_at_);
 }
 
 double residency_manager::modeled_now() const {

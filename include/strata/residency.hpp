@@ -201,6 +201,14 @@ class STRATA_API residency_manager {
   result<prefetch_outcome> prefetch(std::uint64_t handle, tier to, std::uint64_t next_use,
                                     prefetch_limits limits = {});
 
+  /// Returns once every NVMe read prefetch() queued before the call has
+  /// ended (a failed one is reported by the buffer's next acquire, not
+  /// here). On a timing-only device the calling thread's modeled clock
+  /// moves to the last read's end: a step that issued reads ends when the
+  /// disk has delivered them. Must not be called from a pressure handler
+  /// or the eviction oracle.
+  void wait_for_reads();
+
   /// `next_use(handle)` = how far ahead the buffer is needed (larger: spill
   /// first); buffers with next_use <= `keep_within` are spilled only when
   /// no other is left. The oracle is called under the manager's mutex, from
@@ -421,6 +429,7 @@ class STRATA_API residency_manager {
   bool reserve_in_use_ = false;
   std::uint64_t host_capacity_ = 0;   // the host tier's, 0: no limit
   std::uint64_t reading_bytes_ = 0;   // host memory held by prefetch reads in flight
+  double last_read_done_at_ = 0;      // the latest read's end on the reader's modeled clock
   std::uint64_t writeback_room_ = 0;  // host room write-behind keeps makeable; 0: off
   std::uint64_t nvme_capacity_ = 0;   // the NVMe tier's, 0: until the disk is full
   // The write-behind's bounce chunk (block-aligned, outside the host tier).

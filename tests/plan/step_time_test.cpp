@@ -182,26 +182,40 @@ TEST(PlanStepTime, HybridShardAllReducesTheShardsAcrossNodes) {
   EXPECT_LT(hybrid.total(), within.total()) << "NVLink within the node beats the network";
 }
 
-// ZeRO-3 with parameters offloaded to host memory, through the residency
-// manager and the prefetcher (a 1000-word vocabulary, so that the layers
-// are the largest units). With room on the device the shards stay cached
-// after their first fill: the steady step moves nothing. With only the
-// room the parameters need (two shards and two full buffers), shards
-// are spilled for the gathers and filled again: the step with only
-// transfers timed is exactly the bytes the manager filled at the PCIe
-// rate, at most every shard twice (forward and backward), and the step is
-// slower: gathers wait for full buffers to be freed. On NVMe (the
-// manager's modeled NVMe tier, through a host tier of three shards) the
-// same: nothing moves with room; with none, shards are read back (never
-// written: their extents stay), one read at a time at the rank's share of
-// the node's rate, and the step is slower than from host memory.
-TEST(PlanStepTime, OffloadedParametersAreFetchedWhenTheDeviceHasNoRoomForThem) {
+// ZeRO-3's offloaded parameters on a device with only the room they need:
+// 12 layers (a 1000-word vocabulary, so that the layers are the largest
+// units), so that every rank's shards (12 of 4 MiB pages) and one gathered
+// layer (26 MiB) pass the room (two shards, two full buffers: 62 MiB)
+// however tightly the allocator packs them.
+plan_setup offload_job() {
   plan_setup s = small_job(8);
-  s.model.vocab = 1000;  // the layers are the largest units
+  s.model.layers = 12;
+  s.model.vocab = 1000;
   s.zero = 3;
+  return s;
+}
+
+// Every rank's shards in bf16 bytes.
+double shard_bytes(const plan_setup& s) {
+  return 2.0 * (static_cast<double>(s.model.layers) * shard8(layer_params(s.model)) +
+                shard8(outer_params(s.model)));
+}
+
+// ZeRO-3 with parameters offloaded to host memory, through the residency
+// manager and the prefetcher (offload_job). With room on the device the
+// shards stay cached after their first fill: the steady step moves
+// nothing. With only the room the parameters need, shards are spilled for
+// the gathers and filled again, at most every shard twice (forward and
+// backward), and the step is slower: gathers wait for full buffers to be
+// freed. On NVMe (the manager's modeled NVMe tier, through a host tier of
+// three shards) the same: nothing moves with room; with none, shards are
+// read back (never written: their extents stay), one read at a time at
+// the rank's share of the node's rate, and the step, which ends when the
+// reads it issued have, is slower than from host memory.
+TEST(PlanStepTime, OffloadedParametersAreFetchedWhenTheDeviceHasNoRoomForThem) {
+  plan_setup s = offload_job();
   s.params = offload_to::host;
-  const double shards =
-      2.0 * (4 * shard8(layer_params(s.model)) + shard8(outer_params(s.model)));  // bf16 bytes
+  const double shards = shard_bytes(s);
   const double pcie = s.rates.pcie_gbps * 1e9;
   const step_time roomy = simulate(s);
   EXPECT_EQ(roomy.transfers, 0.0);
@@ -211,7 +225,11 @@ TEST(PlanStepTime, OffloadedParametersAreFetchedWhenTheDeviceHasNoRoomForThem) {
   const auto filled = static_cast<double>(tight->params.bytes_from_host);
   EXPECT_GT(filled, 0.0);
   EXPECT_LE(filled, 2 * shards);
-  EXPECT_NEAR(tight->transfers, filled / pcie, 1e-12);
+  // The transfers-only run spills what its own schedule makes it spill
+  // (frees come sooner with no compute timed): some fills, every shard at
+  // most twice, each at the PCIe rate.
+  EXPECT_GT(tight->transfers, 0.0);
+  EXPECT_LE(tight->transfers, 2 * shards / pcie);
   EXPECT_GT(tight->total(), roomy.total()) << "with no room the gathers wait for memory";
   s.params = offload_to::nvme;
   EXPECT_EQ(simulate(s).transfers, 0.0) << "cached on the device, as in host memory";
@@ -221,10 +239,9 @@ TEST(PlanStepTime, OffloadedParametersAreFetchedWhenTheDeviceHasNoRoomForThem) {
   EXPECT_GT(read, 0.0);
   EXPECT_LE(read, 2 * shards);
   EXPECT_EQ(nvme->params.bytes_to_nvme, 0U) << "unwritten shards keep their extents";
-  // The allocator stitches the room the step leaves, so shards stay cached
-  // there and the reads left are gathered ahead, under the compute: the
-  // step is no slower than the roomy one's.
-  EXPECT_GE(nvme->total(), roomy.total());
+  const double rank_nvme = s.rates.nvme_gbps / 8 * 1e9;  // the node's 8 GPUs share it
+  EXPECT_GE(nvme->transfers, read / rank_nvme) << "one read at a time on the rank's share";
+  EXPECT_GT(nvme->total(), tight->total()) << "NVMe is slower than host memory";
 }
 
 // With the optimizer on the host too, each step's update writes every
@@ -233,22 +250,18 @@ TEST(PlanStepTime, OffloadedParametersAreFetchedWhenTheDeviceHasNoRoomForThem) {
 // back (nvme_verify), at most once a step, one request at a time at the
 // rank's share of the disk.
 TEST(PlanStepTime, UpdatedShardsGoBackToNvmeWhenTheDeviceHasNoRoomForThem) {
-  plan_setup s = small_job(8);
-  s.model.vocab = 1000;
-  s.zero = 3;
+  plan_setup s = offload_job();
   s.params = offload_to::nvme;
   s.optimizer = offload_to::host;
-  const double shards = 2.0 * (4 * shard8(layer_params(s.model)) + shard8(outer_params(s.model)));
+  const double shards = shard_bytes(s);
   auto t = simulate_step_time(s, 0);
   ASSERT_TRUE(t.ok()) << t.error().to_string();
   const auto written = static_cast<double>(t->params.bytes_to_nvme);
   const auto read = static_cast<double>(t->params.bytes_from_nvme);
-  // With the room the step leaves stitched, the shards may all stay cached
-  // on the device; what does go to NVMe is written at most once a step.
-  EXPECT_LE(read, 2 * shards);
-  EXPECT_LE(written, shards) << "each shard is updated, so written, at most once a step";
+  EXPECT_GT(written, 0.0);
+  EXPECT_LE(written, shards) << "each shard is updated, so written, once a step";
   const double rank_nvme = s.rates.nvme_gbps / 8 * 1e9;
-  EXPECT_GE(t->transfers, 2 * written / rank_nvme) << "writes and read-backs, one at a time";
+  EXPECT_GE(t->transfers, (read + 2 * written) / rank_nvme) << "reads, writes and read-backs";
 }
 
 TEST(PlanStepTime, OnlyTheTimedPartsTakeTime) {

@@ -3,7 +3,8 @@
 // writes nothing and takes its write and its read-back on the spilling
 // thread's modeled clock; an acquire's fill takes its read there; a
 // prefetch's read runs on the reader thread and the acquiring stream waits
-// for it, not the thread that asked. Misuse is refused.
+// for it, not the thread that asked, unless it waits for the reads. Misuse
+// is refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -108,6 +109,38 @@ TEST(ResidencyModeledNvme, APrefetchedReadIsWaitedForByTheStreamNotTheThread) {
   ASSERT_TRUE(t.alloc->dev().synchronize_stream(t.stream).ok());
   EXPECT_NEAR(t.clock(), asked + buffer / rate, 1e-12) << "the stream waited for the read";
   ASSERT_TRUE(t.manager->release(h, t.stream.native).ok());
+}
+
+// wait_for_reads: the asking thread waits for every read queued so far,
+// one after the other on the disk; with none queued it does not wait.
+TEST(ResidencyModeledNvme, WaitingForReadsTakesTheirTimeOnTheWaitingThread) {
+  modeled_tier t(8 * mib);
+  ASSERT_TRUE(t.manager);
+  const std::uint64_t first = t.written_buffer();
+  const std::uint64_t second = t.written_buffer();
+  auto to_host =
+      t.manager->register_buffer(8 * mib, buffer_kind::other, residency_policy::evictable);
+  ASSERT_TRUE(to_host.ok());
+  t.manager->spill(SIZE_MAX);  // both to the host tier
+  ASSERT_TRUE(t.manager->acquire(*to_host, t.stream.native).ok());
+  ASSERT_TRUE(t.manager->release(*to_host, t.stream.native).ok());
+  t.manager->spill(SIZE_MAX);  // the whole host tier: both go on to NVMe
+  ASSERT_EQ(*t.manager->where(first), tier::nvme);
+  ASSERT_EQ(*t.manager->where(second), tier::nvme);
+  ASSERT_TRUE(t.manager->unregister(*to_host).ok());
+  const double asked = t.clock();
+  t.manager->wait_for_reads();
+  EXPECT_EQ(t.clock(), asked) << "no read queued: nothing to wait for";
+  for (const std::uint64_t h : {first, second}) {
+    auto started = t.manager->prefetch(h, tier::host, 0);
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    EXPECT_EQ(*started, prefetch_outcome::started);
+  }
+  EXPECT_EQ(t.clock(), asked) << "prefetch does not wait";
+  t.manager->wait_for_reads();
+  EXPECT_NEAR(t.clock(), asked + 2 * buffer / rate, 1e-12) << "both reads, one after the other";
+  EXPECT_EQ(*t.manager->where(first), tier::host);
+  EXPECT_EQ(*t.manager->where(second), tier::host);
 }
 
 TEST(ResidencyModeledNvme, MisuseIsRefused) {

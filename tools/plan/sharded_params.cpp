@@ -87,6 +87,10 @@ void sharded_params::update(std::size_t u, stream_handle stream, const void* hos
   check(copied);
 }
 
+void sharded_params::wait_for_reads() {
+  manager_->wait_for_reads();
+}
+
 prefetcher::counters sharded_params::stats() {
   return fetch_->stats();
 }

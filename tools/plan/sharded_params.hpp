@@ -84,6 +84,9 @@ class sharded_params {
   /// it), released. Throws strata::error.
   void update(std::size_t u, stream_handle stream, const void* host);
 
+  /// Waits for the NVMe reads queued so far (residency_manager::wait_for_reads).
+  void wait_for_reads();
+
   /// What the prefetcher and the manager did (see prefetcher::counters).
   [[nodiscard]] prefetcher::counters stats();
 

@@ -179,6 +179,10 @@ class rank_step {
       for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
     }
     check(dev_.synchronize());
+    // The NVMe reads the step issued (ahead, for the next one) end on the
+    // disk's clock: the step is not over before they are, or a disk slower
+    // than the step would show no time in a single measured step.
+    if (params_) params_->wait_for_reads();
   }
 
   stream_handle make_stream() { return checked(dev_.create_stream()); }
