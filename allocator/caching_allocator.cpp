@@ -130,6 +130,9 @@ attempt<slab*> caching_allocator::new_slab(stream_state& st, std::uint32_t cls) 
   const std::uintptr_t base = (*it)->first;
   auto* s = new slab(base, cls, classes_.class_size(cls), bytes);  // NOLINT
   arena.set_slab(base, bytes, s);
+  s->older = st.slabs;
+  if (st.slabs != nullptr) st.slabs->newer = s;
+  st.slabs = s;
   link_slab(st, *s);
   ++st.empty_slabs[cls];
   return s;
@@ -201,6 +204,9 @@ void caching_allocator::destroy_slab(stream_state& st, stream_arena& arena, slab
   arena.mark_freed(s.base, bytes);
   pages_.block_dead(arena, s.base, bytes);
   arena.blocks().release(arena.blocks().find_in_use(s.base));
+  if (s.newer != nullptr) s.newer->older = s.older;
+  if (s.older != nullptr) s.older->newer = s.newer;
+  if (st.slabs == &s) st.slabs = s.older;
   delete &s;  // NOLINT(cppcoreguidelines-owning-memory)
 }
 

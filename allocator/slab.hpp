@@ -81,6 +81,8 @@ struct slab {
   slab* prev = nullptr;  // in its class's list of slabs with free objects
   slab* next = nullptr;
   bool listed = false;
+  slab* older = nullptr;  // in its stream's list of every slab, which owns them
+  slab* newer = nullptr;
 };
 
 }  // namespace strata

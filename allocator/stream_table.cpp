@@ -7,17 +7,13 @@ namespace strata {
 
 stream_table::~stream_table() {
   for (auto& [native, st] : streams_) {
+    for (slab* s = st->slabs; s != nullptr;) {
+      slab* older = s->older;
+      delete s;  // NOLINT(cppcoreguidelines-owning-memory): the list owns them
+      s = older;
+    }
     for (stream_arena* a : {st->small.get(), st->large.get()}) {
       // (The page supply, destroyed first, unmapped and released the pages.)
-      // In a small arena every block in use is a slab.
-      for (auto it = a->blocks().begin(); a->kind() == pool_kind::small && it != a->blocks().end();
-           ++it) {
-        if (it->second.state == block_state::allocated ||
-            it->second.state == block_state::pending) {
-          delete a->slab_of(
-              it->first);  // NOLINT(cppcoreguidelines-owning-memory): slabs own nothing else
-        }
-      }
       a->drop_events(events_);
       (void)dev_.free_reservation(a->base(), a->bytes());
     }

@@ -34,6 +34,9 @@ struct stream_state {
   std::unique_ptr<stream_arena> small;
   std::unique_ptr<stream_arena> large;
 
+  // Every slab of the small arena, newest first: they are deleted from
+  // here, and full ones are reachable from nowhere else in host memory.
+  slab* slabs = nullptr;
   std::array<slab_list, size_classes::max_classes> partial{};  // slabs with a free object
   std::array<std::uint32_t, size_classes::max_classes> empty_slabs{};
 };
