@@ -83,21 +83,31 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
       if (k == last - 1 && (addr + bytes) % granularity_ != 0) r.second = after;
       return r;
     };
-    for (std::uint32_t id : table_.idle_pages()) {
-      if (filled == needed.size()) break;
+    // Each idle page backs the first index it does not clash with. Indices
+    // 1 .. n-2 are interior (neither the range's first page nor its last),
+    // so they share one span and fill in order: only index 0, the first
+    // open interior index and index n-1 need a check (O(idle pages), not
+    // O(idle pages x needed)).
+    const std::size_t n = needed.size();
+    std::size_t mid = 1;
+    // Nothing below changes the table: the idle list is walked in place.
+    for (std::uint32_t id = table_.first_idle(); id != page_table::none && filled < n;
+         id = table_.next_idle(id)) {
       if (!table_.usable_in(id, arena)) continue;
       const auto& maps = table_.mappings(id);
-      for (std::size_t k = 0; k < needed.size(); ++k) {
-        if (pages[k] != none) continue;
+      const auto take = [&](std::size_t k) {
+        if (pages[k] != none) return false;
         const auto fence = span(needed[k]);  // [first, second): its segments' pages
         const bool clash = std::any_of(maps.begin(), maps.end(), [&](const page_mapping& m) {
           return m.arena == &arena && m.index >= fence.first && m.index < fence.second;
         });
-        if (clash) continue;
-        pages[k] = id;
+        if (!clash) pages[k] = id;
+        return !clash;
+      };
+      while (mid + 1 < n && pages[mid] != none) ++mid;
+      if (take(0) || (mid + 1 < n && take(mid)) || take(n - 1)) {
         ++filled;
         ++stitched;
-        break;
       }
     }
   }
@@ -195,8 +205,10 @@ void page_supply::settle() {
 bool page_supply::waiting_on_epochs() {
   if (table_.unsettled()) return true;
   for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
-  return std::ranges::any_of(table_.idle_pages(),
-                             [&](std::uint32_t id) { return table_.epoch_pending(id); });
+  for (std::uint32_t id = table_.first_idle(); id != page_table::none; id = table_.next_idle(id)) {
+    if (table_.epoch_pending(id)) return true;
+  }
+  return false;
 }
 
 std::size_t page_supply::unmap_unused(stream_arena& arena) {

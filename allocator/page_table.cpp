@@ -99,17 +99,23 @@ void page_table::remove_mapping(stream_arena& arena, std::size_t index) {
   if (p.active != none && p.active > k) --p.active;
   arena.set_page(index, none);
   if (p.maps.empty()) unlist_idle(id);
-  if (std::none_of(p.maps.begin(), p.maps.end(),
-                   [](const page_mapping& m) { return m.shadowed; })) {
+  if (p.unsettled && std::none_of(p.maps.begin(), p.maps.end(),
+                                  [](const page_mapping& m) { return m.shadowed; })) {
     std::erase(unsettled_, id);
+    p.unsettled = false;
   }
 }
 
 void page_table::apply(std::vector<shadow_run>& marks, bool on) const {
   if (marks.empty()) return;
-  std::sort(marks.begin(), marks.end(), [](const shadow_run& a, const shadow_run& b) {
+  const auto before = [](const shadow_run& a, const shadow_run& b) {
     return a.arena != b.arena ? a.arena < b.arena : a.first < b.first;
-  });
+  };
+  // Marks often come in page order already (a range's pages mapped in
+  // order elsewhere): then the check is all the ordering costs.
+  if (!std::is_sorted(marks.begin(), marks.end(), before)) {
+    std::sort(marks.begin(), marks.end(), before);
+  }
   // Adjacent pages of one arena form one run: one block-map update each.
   std::size_t out = 0;
   for (std::size_t i = 1; i < marks.size(); ++i) {
@@ -188,8 +194,9 @@ void page_table::block_dead(stream_arena& arena, std::uintptr_t addr, std::size_
     for (std::size_t j = before; j < scratch_.size(); ++j) {
       pages_[id].maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
     }
-    if (!settled && std::find(unsettled_.begin(), unsettled_.end(), id) == unsettled_.end()) {
+    if (!settled && !p.unsettled) {
       unsettled_.push_back(id);
+      p.unsettled = true;
     }
     list_idle(id);
   }
@@ -221,6 +228,7 @@ void page_table::settle() {
       p.maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
     }
     if (settled) {
+      p.unsettled = false;
       unsettled_[u] = unsettled_.back();
       unsettled_.pop_back();
     } else {

@@ -102,6 +102,10 @@ class page_table {
   /// The idle pages, oldest idle first (a copy: the caller may change the
   /// table while walking it).
   [[nodiscard]] std::vector<std::uint32_t> idle_pages() const;
+  /// The oldest idle page and the one after `id` (none at the end), to
+  /// walk the idle list without a copy while nothing changes the table.
+  [[nodiscard]] std::uint32_t first_idle() const noexcept { return idle_head_; }
+  [[nodiscard]] std::uint32_t next_idle(std::uint32_t id) const noexcept { return pages_[id].next; }
   [[nodiscard]] std::size_t idle_count() const noexcept { return idle_count_; }
   /// Pages held (created and not yet removed).
   [[nodiscard]] std::size_t size() const noexcept { return pages_.size() - free_ids_.size(); }
@@ -125,6 +129,7 @@ class page_table {
     std::uint32_t next = none;
     bool listed = false;
     bool held = false;
+    bool unsettled = false;  // on unsettled_
   };
   // A run of adjacent pages of one arena to shadow or unshadow.
   struct shadow_run {
