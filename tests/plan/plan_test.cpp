@@ -159,7 +159,7 @@ TEST(PlanScenarios, SeventyBillionOnEightGpusFitsWithZero3AndHostOffload) {
   s.params = offload_to::host;
   s.checkpointing = true;
   auto offloaded = make_plan(s);
-  ASSERT_TRUE(offloaded.ok());
+  ASSERT_TRUE(offloaded.ok()) << offloaded.error().to_string();
   EXPECT_TRUE(offloaded->memory.fits);
   EXPECT_GT(offloaded->host_bytes, 1ULL << 40) << "the states live in host memory";
 }
