@@ -51,13 +51,16 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
              static_cast<std::size_t>(options_.trace_frames)),
       // Twice the device's pages of address space for a small arena (at
       // least 64), eight times for a large one: every stitch keeps its
-      // mappings, fenced off in the address space.
+      // mappings, fenced off in the address space. Where the device has
+      // less to give, down to one device's worth.
       streams_(
           *dev_, events_,
           std::max<std::size_t>(2 * ((total + dev_->granularity() - 1) / dev_->granularity()), 64) *
               dev_->granularity(),
           std::max<std::size_t>(8 * ((total + dev_->granularity() - 1) / dev_->granularity()),
                                 256) *
+              dev_->granularity(),
+          std::max<std::size_t>((total + dev_->granularity() - 1) / dev_->granularity(), 1) *
               dev_->granularity(),
           dev_->granularity()),
       pages_(*dev_, events_, streams_, stats_, trace_,

@@ -28,12 +28,16 @@ result<stream_state*> stream_table::get(void* native, bool& made) {
     auto stream = dev_.wrap_stream(native);
     if (!stream) return stream.error();
     std::array<std::uintptr_t, 2> bases{};
-    const std::array<std::size_t, 2> sizes{small_bytes_, large_bytes_};
+    std::array<std::size_t, 2> sizes{small_bytes_, large_bytes_};
     const auto give_back = [&](std::size_t made) {
       for (std::size_t k = 0; k < made; ++k) (void)dev_.free_reservation(bases[k], sizes[k]);
     };
     for (std::size_t k = 0; k < bases.size(); ++k) {
       auto base = dev_.reserve(sizes[k]);
+      while (!base && base.code() == errc::out_of_memory && sizes[k] / 2 >= least_bytes_) {
+        sizes[k] = (sizes[k] / 2 + granularity_ - 1) / granularity_ * granularity_;
+        base = dev_.reserve(sizes[k]);
+      }
       if (!base) {
         give_back(k);
         return base.error();

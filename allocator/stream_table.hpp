@@ -44,14 +44,18 @@ struct stream_state {
 class stream_table {
  public:
   // A small arena reserves `small_bytes` of address space on `dev`, a
-  // large one `large_bytes`, mapped in pages of `granularity` bytes;
-  // arenas' epoch events come from `events`. Both must outlive the table.
+  // large one `large_bytes`, mapped in pages of `granularity` bytes; where
+  // the device refuses that much (a host or GPU with less address space,
+  // such as a ThreadSanitizer process), half as much, and so on down to
+  // `least_bytes` (a multiple of `granularity`). Arenas' epoch events come
+  // from `events`. Both must outlive the table.
   stream_table(device& dev, event_pool& events, std::size_t small_bytes, std::size_t large_bytes,
-               std::size_t granularity)
+               std::size_t least_bytes, std::size_t granularity)
       : dev_(dev),
         events_(events),
         small_bytes_(small_bytes),
         large_bytes_(large_bytes),
+        least_bytes_(least_bytes),
         granularity_(granularity) {}
   stream_table(const stream_table&) = delete;
   stream_table& operator=(const stream_table&) = delete;
@@ -64,8 +68,9 @@ class stream_table {
 
   // The state of `native` (a native stream handle), made on first use: the
   // stream wrapped and its two arenas reserved. `made` is set when it is new.
-  // Errors: the device's (stream, reservation); out_of_memory when the host
-  // cannot hold the arenas' tables. Nothing is kept on failure.
+  // Errors: the device's (stream, reservation: the last refusal);
+  // out_of_memory when the host cannot hold the arenas' tables. Nothing is
+  // kept on failure.
   result<stream_state*> get(void* native, bool& made);
   // The state of a stream already made, or null.
   [[nodiscard]] stream_state* find(void* native) const;
@@ -86,6 +91,7 @@ class stream_table {
   event_pool& events_;
   std::size_t small_bytes_;
   std::size_t large_bytes_;
+  std::size_t least_bytes_;
   std::size_t granularity_;
   std::unordered_map<void*, std::unique_ptr<stream_state>> streams_;
   std::vector<stream_arena*> arenas_;

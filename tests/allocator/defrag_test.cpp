@@ -109,6 +109,18 @@ TEST(Defrag, ARepeatedStepStitchesOnceThenMakesNoDriverCall) {
   ASSERT_TRUE(a->free_async(*keep, nullptr).ok());
 }
 
+// The large arena asks for eight devices' worth of address space, to keep
+// stitched mappings; a device that cannot give that much (the sim refuses
+// more than 64 TiB at once, as a host or GPU with less address space would)
+// gets the arena at half, and so on down to one device's worth.
+TEST(Defrag, AnArenaTakesLessAddressSpaceWhereTheDeviceHasLess) {
+  auto a = make_allocator("sim:capacity=16TiB,data=none");
+  ASSERT_TRUE(a);
+  auto p = a->malloc_async(64 * mib, nullptr);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  ASSERT_TRUE(a->free_async(*p, nullptr).ok());
+}
+
 // Small objects stay live while every large block is freed: they sit in
 // their own slab pages, so they pin no large range.
 TEST(Defrag, SmallBlocksPinNoLargeRange) {
