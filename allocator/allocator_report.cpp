@@ -128,17 +128,11 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
                  format_bytes(static_cast<std::uint64_t>(st.stitched_bytes)) + ")")
                     .c_str());
   o << line;
-  std::uint64_t vm_calls = 0;
-  std::uint64_t vm_ns = 0;
-  for (driver_call k : {driver_call::reserve, driver_call::free_reservation,
-                        driver_call::create_pages, driver_call::release_pages, driver_call::map,
-                        driver_call::unmap, driver_call::set_access}) {
-    vm_calls += st.driver[static_cast<std::size_t>(k)].calls;
-    vm_ns += st.driver[static_cast<std::size_t>(k)].ns;
-  }
+  const driver_call_total memory = memory_call_total(st.driver);
   char vm[64];
   std::snprintf(vm, sizeof vm, "Memory driver calls: %llu, %.1f ms",
-                static_cast<unsigned long long>(vm_calls), static_cast<double>(vm_ns) * 1e-6);
+                static_cast<unsigned long long>(memory.calls),
+                static_cast<double>(memory.ns) * 1e-6);
   char waits[64];
   std::snprintf(waits, sizeof waits, "Waits for the device: %lld, %.1f ms",
                 static_cast<long long>(st.num_device_waits),
@@ -176,7 +170,7 @@ std::string caching_allocator::snapshot_json() {
       const block_info& b = it->second;
       o << (first ? "" : ",") << R"({"address":)" << hex(it->first) << R"(,"size":)" << b.size
         << R"(,"state":")" << state_name(b) << '"';
-      const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
+      const bool in_use = b.in_use();
       if (in_use) {
         o << ",\"requested\":"
           << (b.holder != nullptr ? b.holder->slot().requested.load(std::memory_order_relaxed)
@@ -218,8 +212,7 @@ std::vector<arena_pages> caching_allocator::page_map() {
     }
     for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
       const block_info& b = it->second;
-      const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
-      if (!in_use || is_parked(b)) continue;
+      if (!b.in_use() || is_parked(b)) continue;
       for (std::size_t i = a.page_of(it->first);
            i <= a.page_of(it->first + b.size - 1) && i < m.pages.size(); ++i) {
         m.pages[i] = 2;

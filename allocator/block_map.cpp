@@ -127,11 +127,7 @@ std::uintptr_t block_map::next_fence(std::uintptr_t addr) const {
 
 block_map::iterator block_map::find_in_use(std::uintptr_t addr) {
   auto it = blocks_.find(addr);
-  if (it == blocks_.end() || it->second.state == block_state::free ||
-      it->second.state == block_state::shadow) {
-    return blocks_.end();
-  }
-  return it;
+  return it != blocks_.end() && it->second.in_use() ? it : blocks_.end();
 }
 
 void block_map::shadow(std::uintptr_t addr, std::size_t bytes) {

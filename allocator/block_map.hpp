@@ -54,6 +54,11 @@ struct block_info {
   // lent), else null. Read and written under the owner's lock.
   thread_cache* holder = nullptr;
   bool fence = false;  // a fence at the block's start: it never merges with the block before
+
+  /// Allocated or pending: a caller's block (or a slab), not free space or a shadow.
+  [[nodiscard]] bool in_use() const noexcept {
+    return state == block_state::allocated || state == block_state::pending;
+  }
 };
 
 class block_map {

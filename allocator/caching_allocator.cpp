@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <new>
 
@@ -38,6 +36,12 @@ allocator_options normalized(allocator_options options) {
   return options;
 }
 
+// `times` the pages of a `total`-byte device, at least `least` pages, in
+// bytes (pages of `g` bytes).
+std::size_t arena_bytes(std::size_t total, std::size_t g, std::size_t times, std::size_t least) {
+  return std::max<std::size_t>(times * ((total + g - 1) / g), least) * g;
+}
+
 }  // namespace
 
 caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocator_options& options,
@@ -53,16 +57,9 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
       // least 64), eight times for a large one: every stitch keeps its
       // mappings, fenced off in the address space. Where the device has
       // less to give, down to one device's worth.
-      streams_(
-          *dev_, events_,
-          std::max<std::size_t>(2 * ((total + dev_->granularity() - 1) / dev_->granularity()), 64) *
-              dev_->granularity(),
-          std::max<std::size_t>(8 * ((total + dev_->granularity() - 1) / dev_->granularity()),
-                                256) *
-              dev_->granularity(),
-          std::max<std::size_t>((total + dev_->granularity() - 1) / dev_->granularity(), 1) *
-              dev_->granularity(),
-          dev_->granularity()),
+      streams_(*dev_, events_, arena_bytes(total, dev_->granularity(), 2, 64),
+               arena_bytes(total, dev_->granularity(), 8, 256),
+               arena_bytes(total, dev_->granularity(), 1, 1), dev_->granularity()),
       pages_(*dev_, events_, streams_, stats_, trace_,
              static_cast<std::size_t>(static_cast<double>(total) * options_.memory_fraction)),
       frees_(*dev_, events_, stats_),

@@ -15,9 +15,8 @@ std::uint32_t page_table::add(page_run run) {
   } else {
     id = free_ids_.back();
     free_ids_.pop_back();
-    pages_[id] = page{};
   }
-  pages_[id].run = run;
+  pages_[id].run = run;  // remove() left the entry as a new page
   pages_[id].held = true;
   return id;
 }
@@ -91,10 +90,7 @@ void page_table::remove_mapping(stream_arena& arena, std::size_t index) {
   page& p = pages_[id];
   const std::uint32_t k = mapping_at(p, arena, index);
   assert(k != none && k != p.active && (p.live == 0 || p.maps[k].shadowed));
-  if (p.maps[k].shadowed) {
-    std::vector<shadow_run> one{{&arena, static_cast<std::uint32_t>(index), 1}};
-    apply(one, false);
-  }
+  if (p.maps[k].shadowed) arena.blocks().unshadow(arena.page_addr(index), granularity_);
   p.maps.erase(p.maps.begin() + k);
   if (p.active != none && p.active > k) --p.active;
   arena.set_page(index, none);
@@ -163,13 +159,14 @@ void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_
   apply(scratch_, true);
 }
 
-bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) const {
-  const page& p = pages_[id];
+bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) {
+  page& p = pages_[id];
   const bool epoch_done = p.freed_in == nullptr || p.freed_in->idle(p.freed_epoch);
   bool left = false;
-  for (const page_mapping& m : p.maps) {
+  for (page_mapping& m : p.maps) {
     if (!m.shadowed) continue;
-    if (epoch_done || p.freed_in == nullptr || m.arena->stream() == p.freed_in->stream()) {
+    if (epoch_done || m.arena->stream() == p.freed_in->stream()) {
+      m.shadowed = false;
       out.push_back({m.arena, m.index, 1});
     } else {
       left = true;
@@ -189,12 +186,7 @@ void page_table::block_dead(stream_arena& arena, std::uintptr_t addr, std::size_
     p.active = none;
     p.freed_in = &arena;
     p.freed_epoch = arena.page_epoch(i);
-    const std::size_t before = scratch_.size();
-    const bool settled = lift_shadows(id, scratch_);
-    for (std::size_t j = before; j < scratch_.size(); ++j) {
-      pages_[id].maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
-    }
-    if (!settled && !p.unsettled) {
+    if (!lift_shadows(id, scratch_) && !p.unsettled) {
       unsettled_.push_back(id);
       p.unsettled = true;
     }
@@ -220,14 +212,8 @@ void page_table::settle() {
   for (std::size_t u = 0; u < unsettled_.size();) {
     const std::uint32_t id = unsettled_[u];
     page& p = pages_[id];
-    const std::size_t before = scratch_.size();
     // A page active again keeps its shadows: it is off this list then.
-    const bool settled = p.live > 0 || lift_shadows(id, scratch_);
-    if (p.live > 0) scratch_.resize(before);
-    for (std::size_t j = before; j < scratch_.size(); ++j) {
-      p.maps[mapping_at(p, *scratch_[j].arena, scratch_[j].first)].shadowed = false;
-    }
-    if (settled) {
+    if (p.live > 0 || lift_shadows(id, scratch_)) {
       p.unsettled = false;
       unsettled_[u] = unsettled_.back();
       unsettled_.pop_back();

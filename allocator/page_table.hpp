@@ -143,8 +143,9 @@ class page_table {
   static std::uint32_t mapping_at(const page& p, const stream_arena& arena, std::size_t index);
   // Carves (`on`) or lifts the shadows of `marks` (sorted into runs first).
   void apply(std::vector<shadow_run>& marks, bool on) const;
-  // Lifts the shadows page `id` (idle) may lose now; true when none is left.
-  bool lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) const;
+  // Marks unshadowed the mappings page `id` (idle) may lose its shadows at
+  // now and appends them to `out` for apply(); true when none is left.
+  bool lift_shadows(std::uint32_t id, std::vector<shadow_run>& out);
 
   std::size_t granularity_;
   std::vector<page> pages_;

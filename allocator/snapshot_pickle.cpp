@@ -136,7 +136,7 @@ std::string caching_allocator::snapshot_pickle() {
       for (auto it = a.blocks().begin(); it != a.blocks().end(); ++it) {
         const block_info& b = it->second;
         if (it->first >= hi || it->first + b.size <= lo) continue;
-        const bool in_use = b.state == block_state::allocated || b.state == block_state::pending;
+        const bool in_use = b.in_use();
         const slab* s = a.kind() == pool_kind::small && in_use ? a.slab_of(it->first) : nullptr;
         if (s != nullptr) {
           for (std::uint32_t o = 0; o < s->capacity; ++o) {

@@ -128,6 +128,18 @@ struct driver_call_total {
 };
 using driver_call_totals = std::array<driver_call_total, driver_call_kinds>;
 
+/// The virtual-memory calls of `totals` (reserve through set_access, the
+/// kinds listed first), summed: what backing memory cost. Thread safety:
+/// a pure function.
+inline driver_call_total memory_call_total(const driver_call_totals& totals) noexcept {
+  driver_call_total sum;
+  for (std::size_t k = 0; k <= static_cast<std::size_t>(driver_call::set_access); ++k) {
+    sum.calls += totals[k].calls;
+    sum.ns += totals[k].ns;
+  }
+  return sum;
+}
+
 /// A GPU, real or simulated. Create with `open_device`.
 class STRATA_API device {
  public:

@@ -34,13 +34,8 @@ class run {
     }
     for (std::size_t pass = 0; pass < warmup; ++pass) {
       for (std::size_t i = 0; i < trace_.ops.size(); ++i) {
-        const trace_op& op = trace_.ops[i];
-        if (op.kind == op_kind::alloc) {
-          if (auto st = allocate(op, i, false); !st) {
-            return at_event("warm-up, event " + std::to_string(i), st);
-          }
-        } else {
-          free(op, false);
+        if (auto st = replay_op(i, false); !st) {
+          return at_event("warm-up, event " + std::to_string(i), st);
         }
       }
       ooms.clear();  // the measured pass's OOMs are the ones reported
@@ -65,16 +60,10 @@ class run {
     };
     for (std::size_t i = 0; i < n; ++i) {
       if (auto st = ask_failures(i); !st) return st;
-      const trace_op& op = trace_.ops[i];
       if (pacer != nullptr) {
         if (auto st = pacer->before(i); !st) return at_event("event " + std::to_string(i), st);
       }
-      if (op.kind == op_kind::alloc) {
-        if (auto st = allocate(op, i, timed); !st)
-          return at_event("event " + std::to_string(i), st);
-      } else {
-        free(op, timed);
-      }
+      if (auto st = replay_op(i, timed); !st) return at_event("event " + std::to_string(i), st);
       if (pacer != nullptr) pacer->after(i);
       on_op(i + 1);
     }
@@ -106,6 +95,14 @@ class run {
     if (!s) return s.error();
     streams_.emplace(recorded, s->native);
     return s->native;
+  }
+
+  // Op `i` of the trace, an allocation or a free.
+  status replay_op(std::size_t i, bool timed) {
+    const trace_op& op = trace_.ops[i];
+    if (op.kind == op_kind::alloc) return allocate(op, i, timed);
+    free(op, timed);
+    return {};
   }
 
   status allocate(const trace_op& op, std::size_t index, bool timed) {

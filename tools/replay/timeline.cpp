@@ -1,7 +1,6 @@
 #include "timeline.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <utility>
@@ -10,21 +9,10 @@ namespace strata::replay {
 
 namespace {
 
-constexpr std::array memory_calls{driver_call::reserve,      driver_call::free_reservation,
-                                  driver_call::create_pages, driver_call::release_pages,
-                                  driver_call::map,          driver_call::unmap,
-                                  driver_call::set_access};
-
 // Memory driver calls so far, and their time in seconds.
 std::pair<std::uint64_t, double> memory_call_totals(const device& dev) {
-  const driver_call_totals all = dev.call_totals();
-  std::uint64_t calls = 0;
-  std::uint64_t ns = 0;
-  for (driver_call k : memory_calls) {
-    calls += all[static_cast<std::size_t>(k)].calls;
-    ns += all[static_cast<std::size_t>(k)].ns;
-  }
-  return {calls, static_cast<double>(ns) * 1e-9};
+  const driver_call_total sum = memory_call_total(dev.call_totals());
+  return {sum.calls, static_cast<double>(sum.ns) * 1e-9};
 }
 
 std::string ms_text(double ms) {
