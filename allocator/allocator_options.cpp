@@ -102,7 +102,7 @@ const std::array<spec, 31> table{{
                    "pool holds; past it, spills go to NVMe ([tiers.md](tiers.md))"),
      [](allocator_options& o) -> option_field { return &o.offload.host_capacity; }},
     {bytes("host_chunk", 64ULL << 10, 1ULL << 30,
-           "offload tiers: pinned memory the host pool's jemalloc arena takes from the device "
+           "offload tiers: pinned memory the host pool's small-buffer runs take from the device "
            "at a time (buffers below `host_large`)"),
      [](allocator_options& o) -> option_field { return &o.offload.host_chunk; }},
     {bytes("host_large", 4096, 1ULL << 30,

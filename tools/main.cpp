@@ -7,10 +7,8 @@
 #include "demo_command.hpp"
 #include "plan_command.hpp"
 #include "replay_command.hpp"
-#include "static_tls.hpp"
 
 int main(int argc, char** argv) try {
-  if (argc > 1 && std::string(argv[1]) == "plan") strata::reexec_with_static_tls(argv);
   CLI::App app{"strata: a caching GPU memory allocator with offload tiers"};
   app.set_version_flag("--version", STRATA_VERSION);
   app.require_subcommand(1);

@@ -31,7 +31,7 @@ namespace strata {
 struct offload_options {
   /// Most pinned host bytes; 0: no limit.
   std::uint64_t host_capacity = 0;
-  /// Pinned memory the host pool's jemalloc arena asks of the device at a time.
+  /// Pinned memory the host pool's small-buffer runs take from the device at a time.
   std::uint64_t host_chunk = 2ULL << 20;
   /// Host buffers of this size or more get one pinned allocation each.
   std::uint64_t host_large = 256ULL << 10;

@@ -6,9 +6,7 @@
  * stream).
  *
  * Present in libstrata when it was built with the tiers (liburing found;
- * docs/building.md). The host tier needs jemalloc, loaded at run time:
- * where it cannot load, create fails with NOT_SUPPORTED and a message
- * naming the remedy.
+ * docs/building.md).
  *
  * Thread safety: every function may be called from any thread at any time,
  * except that strata_residency_destroy must not race with other calls on
@@ -62,8 +60,8 @@ typedef enum strata_tier {
  * ignored); NULL reads the STRATA_CONF environment variable. It registers a
  * pressure handler with the allocator: allocations that would fail spill
  * released buffers first. Destroy it before the allocator. Errors:
- * INVALID_ARGUMENT (bad conf, destroyed allocator), NOT_SUPPORTED (jemalloc
- * cannot load), IO (the NVMe file cannot be set up). */
+ * INVALID_ARGUMENT (bad conf, destroyed allocator), IO (the NVMe file cannot
+ * be set up). */
 STRATA_C_API strata_status strata_residency_create(strata_allocator* allocator, const char* conf,
                                                    strata_residency** out);
 /* Frees every managed buffer wherever it is and removes the pressure

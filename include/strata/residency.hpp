@@ -145,8 +145,7 @@ class STRATA_API residency_manager {
   /// A manager over `alloc` (which must outlive it), its tiers set by the
   /// offload options (STRATA_CONF's host_* and nvme_* keys; an empty
   /// nvme_dir: no NVMe tier). Errors: invalid_argument for options outside
-  /// their ranges (check_allocator_options), those of the host pool
-  /// (not_supported when jemalloc cannot load) and of the NVMe store.
+  /// their ranges (check_allocator_options), and those of the NVMe store.
   /// `nvme_faults` (tests) sees every NVMe request and must outlive it.
   static result<std::unique_ptr<residency_manager>> create(allocator& alloc,
                                                            const offload_options& options,

@@ -1,12 +1,11 @@
 // A shared library opened with dlopen when it is first needed, and the
-// functions looked up in it: how Strata reaches the CUDA driver, jemalloc
-// and (in the preload shim) the functions it interposes on, none of which
+// functions looked up in it: how Strata reaches the CUDA driver, NCCL and
+// (in the preload shim) the functions it interposes on, none of which
 // libstrata links.
 //
 // A library, once opened, stays loaded for the life of the process: the
-// CUDA driver must not be unloaded while contexts exist, and memory a
-// jemalloc arena handed out outlives any one user. The object only records
-// the handle; destroying it closes nothing.
+// CUDA driver must not be unloaded while contexts exist. The object only
+// records the handle; destroying it closes nothing.
 //
 // Thread safety: every call may be made from any thread; the first call
 // that needs the library opens it, exactly once.

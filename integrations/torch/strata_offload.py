@@ -42,8 +42,7 @@ master and writes the parameter as the master rounded to nearest even.
 
 Works on the `sim` device, whose memory is host memory: parameters are CPU
 tensors viewing Strata's buffers (as ZeRO-3 re-points .data). Needs
-libstrata.so built with the tiers (liburing), and, for the host tier's
-jemalloc, a process started with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096.
+libstrata.so built with the tiers (liburing); no environment variable.
 
 Thread safety: one training loop drives an Offload; its hooks run on the
 threads autograd runs them on, one at a time.

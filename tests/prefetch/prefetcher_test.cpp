@@ -2,9 +2,8 @@
 // order, fetches ahead through the host and the NVMe tier, divergence and
 // re-sync, hints without an order, memory pressure, faults at every stage
 // of a fetch (each loses no byte), no wait on the issuing thread, threads,
-// and the counters in the allocator's stats. ctest runs it with the static
-// TLS jemalloc needs (GLIBC_TUNABLES). Random choices use a fixed seed,
-// printed with any failure.
+// and the counters in the allocator's stats. Random choices use a fixed
+// seed, printed with any failure.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

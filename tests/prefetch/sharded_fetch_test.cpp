@@ -3,8 +3,7 @@
 // values after the last update, while each rank's shards are updated and
 // pushed to the host between steps and fetched back; from the second step the gathers go out ahead
 // of the acquires; a full buffer the order needs again within reuse_distance is kept, the others
-// are resharded; and the mistakes are refused. ctest runs it with the static TLS the host pool
-// needs (GLIBC_TUNABLES).
+// are resharded; and the mistakes are refused.
 #include <gtest/gtest.h>
 
 #include <cstring>

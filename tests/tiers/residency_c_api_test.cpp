@@ -1,8 +1,7 @@
 // The residency manager's C API (strata/residency.h): configured by
 // STRATA_CONF text, buffers through every tier and back with their bytes,
 // the JSON stats, and the errors (bad conf, null and destroyed handles,
-// unknown buffers, an allocator destroyed under a manager). ctest runs it
-// with the static TLS jemalloc needs.
+// unknown buffers, an allocator destroyed under a manager).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

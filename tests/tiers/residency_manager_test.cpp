@@ -2,8 +2,7 @@
 // the NVMe store: a seeded random sequence of acquire/write/verify/release
 // against a reference that forces every spill and fill; faults on each tier
 // (a device copy, a full host pool, NVMe EIO and a corrupted read) that lose
-// no byte; the pressure handler; the eviction oracle; threads. ctest runs it
-// with the static TLS jemalloc needs (GLIBC_TUNABLES).
+// no byte; the pressure handler; the eviction oracle; threads.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 

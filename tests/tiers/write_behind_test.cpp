@@ -4,7 +4,7 @@
 // failing write-behind leaves the buffer on the host and is not retried in
 // a loop; unregister does not wait for a write under way. A gate in the store's
 // fault hook holds the I/O thread's writes, so the tests choose what
-// happens during one. ctest runs it with the static TLS jemalloc needs.
+// happens during one.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
