@@ -105,6 +105,10 @@ std::string allocator::last_oom_report() const {
 bool allocator::owns(const void* ptr) const {
   return impl().owns(ptr);
 }
+
+std::optional<std::size_t> allocator::live_bytes_from(const void* ptr) const {
+  return impl().live_bytes_from(ptr);
+}
 memory_info allocator::available_memory() const {
   return take(impl().available_memory());
 }

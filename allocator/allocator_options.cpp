@@ -24,12 +24,14 @@ constexpr option_rule bytes(std::string_view name, std::uint64_t min, std::uint6
   return {.name = name, .kind = value_kind::bytes, .min = min, .max = max, .doc = doc};
 }
 
-// A byte size or `none`, stored as `none_value` (0 or the largest value).
-constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t none_value,
-                                    std::string_view doc) {
+// A byte size of at least `min`, or `none`, stored as `none_value` (0 or
+// the largest value). Where `none` is stored as 0, 0 itself is not
+// accepted (it would read as `none`): such a key's `min` is above 0.
+constexpr option_rule bytes_or_none(std::string_view name, std::uint64_t min,
+                                    std::uint64_t none_value, std::string_view doc) {
   return {.name = name,
           .kind = value_kind::bytes,
-          .min = 1,
+          .min = min,
           .none_word = "none",
           .none_value = none_value,
           .doc = doc};
@@ -41,10 +43,10 @@ const std::array<spec, 31> table{{
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
       .doc = "the GPU to allocate on; `auto` never falls back to `sim`"},
      [](allocator_options& o) -> option_field { return &o.device; }},
-    {bytes_or_none("release_threshold", no_max,
+    {bytes_or_none("release_threshold", 0, no_max,
                    "idle pages (free memory the allocator keeps mapped or pooled) above this are "
-                   "returned to the device after frees; `none` keeps everything cached until "
-                   "`empty_cache`/`trim` or memory pressure"),
+                   "returned to the device after frees (`0`: all of them); `none` keeps "
+                   "everything cached until `empty_cache`/`trim` or memory pressure"),
      [](allocator_options& o) -> option_field { return &o.release_threshold; }},
     {bytes("small_size", 512, 64ULL << 20,
            "requests up to this size (rounded down to a multiple of 512 bytes) are \"small\": "
@@ -97,9 +99,10 @@ const std::array<spec, 31> table{{
           "or create first and wait only when the device is full (`false`: no host wait where "
           "growing is possible)"),
      [](allocator_options& o) -> option_field { return &o.wait_before_grow; }},
-    {bytes_or_none("host_capacity", 0,
+    {bytes_or_none("host_capacity", 1ULL << 20, 0,
                    "offload tiers: the most pinned host memory the residency manager's host "
-                   "pool holds; past it, spills go to NVMe ([tiers.md](tiers.md))"),
+                   "pool holds, at least `host_chunk`; past it, spills go to NVMe "
+                   "([tiers.md](tiers.md))"),
      [](allocator_options& o) -> option_field { return &o.offload.host_capacity; }},
     {bytes("host_chunk", 64ULL << 10, 1ULL << 30,
            "offload tiers: pinned memory the host pool's small-buffer runs take from the device "
@@ -129,7 +132,7 @@ const std::array<spec, 31> table{{
       .max = 4096,
       .doc = "offload tiers: NVMe requests in flight"},
      [](allocator_options& o) -> option_field { return &o.offload.nvme_queue_depth; }},
-    {bytes_or_none("nvme_capacity", 0,
+    {bytes_or_none("nvme_capacity", 1ULL << 20, 0,
                    "offload tiers: the most bytes in the NVMe file; `none`: until the disk is "
                    "full"),
      [](allocator_options& o) -> option_field { return &o.offload.nvme_capacity; }},
@@ -180,13 +183,13 @@ const std::array<spec, 31> table{{
            "prefetcher: a released buffer needed again within this many bytes of acquires "
            "stays on the device unless nothing else can be spilled"),
      [](allocator_options& o) -> option_field { return &o.offload.reuse_distance; }},
-    {bytes("first_bucket_bytes", 1, no_max,
+    {bytes("first_bucket_bytes", 0, no_max,
            "gradient buckets: the first bucket's limit ([gradients.md](gradients.md); DDP's "
-           "`first_bucket_cap`)"),
+           "`first_bucket_cap`); `0`: each gradient a bucket of its own"),
      [](allocator_options& o) -> option_field { return &o.gradients.first_bucket_bytes; }},
-    {bytes("bucket_bytes", 1, no_max,
+    {bytes("bucket_bytes", 0, no_max,
            "gradient buckets: later buckets' limit; a larger gradient is a bucket alone (DDP's "
-           "`bucket_cap_mb`)"),
+           "`bucket_cap_mb`); `0`: each gradient a bucket of its own"),
      [](allocator_options& o) -> option_field { return &o.gradients.bucket_bytes; }},
     {{.name = "buckets_inflight",
       .kind = value_kind::count,
@@ -215,6 +218,12 @@ status check_cross_field_rules(const allocator_options& o) {
   if (t != "same" && t != "f32" && t != "bf16" && t != "f16") {
     return {errc::invalid_argument,
             "bucket_reduce_dtype: `" + t + "` is not one of `same`, `f32`, `bf16`, `f16`"};
+  }
+  if (o.offload.host_capacity != 0 && o.offload.host_capacity < o.offload.host_chunk) {
+    return {errc::invalid_argument,
+            "host_capacity " + format_byte_option(o.offload.host_capacity) +
+                " is less than host_chunk " + format_byte_option(o.offload.host_chunk) +
+                ": the host pool could not take one chunk"};
   }
   if (o.trace_buffer * o.trace_frames * sizeof(void*) > max_frame_bytes) {
     return {errc::invalid_argument, "trace_buffer " + std::to_string(o.trace_buffer) +

@@ -230,6 +230,24 @@ bool caching_allocator::owns(const void* ptr) {
                      [p](const stream_arena* a) { return a->contains(p); });
 }
 
+std::optional<std::size_t> caching_allocator::live_bytes_from(const void* ptr) {
+  const auto p = reinterpret_cast<std::uintptr_t>(ptr);
+  std::lock_guard lock(mu_);
+  const std::size_t k = streams_.arena_of(p);
+  if (k == streams_.arenas().size()) return std::nullopt;
+  stream_arena& arena = *streams_.arenas()[k];
+  if (arena.kind() == pool_kind::small) {
+    const slab* s = arena.slab_of(p);
+    if (s == nullptr) return 0;
+    const std::size_t i = (p - s->base) / s->object_size;
+    if (i >= s->capacity || s->state(static_cast<std::uint32_t>(i)) != object_state::live) return 0;
+    return s->address(static_cast<std::uint32_t>(i)) + s->object_size - p;
+  }
+  auto it = arena.blocks().find_containing(p);
+  if (it->second.state != block_state::allocated) return 0;
+  return it->first + it->second.size - p;
+}
+
 result<memory_info> caching_allocator::available_memory() {
   auto device = dev_->get_memory_info();
   if (!device) return device.error();

@@ -117,9 +117,13 @@ strata_status strata_allocator_create(const char* conf, strata_allocator** out) 
 
 strata_status strata_allocator_destroy(strata_allocator* a) {
   if (a == nullptr) return no_allocator(a);
-  if (a->users.load(std::memory_order_acquire) != 0 && get(a) != nullptr) {
-    return fail(strata::errc::invalid_argument,
-                "a residency manager still uses this allocator: destroy it first");
+  if (const unsigned users = a->users.load(std::memory_order_acquire);
+      users != 0 && get(a) != nullptr) {
+    return fail(strata::status{
+        strata::errc::invalid_argument,
+        std::to_string(users) +
+            " handle(s) made over this allocator still use it (residency managers, "
+            "communicators, kernels, gradient buckets or prefetchers): destroy them first"});
   }
   strata::allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
   if (impl == nullptr) return no_allocator(a);

@@ -130,6 +130,8 @@ class caching_allocator {
   /// cached or never used alike): how an integration tells a double free of
   /// ours from someone else's pointer. Takes the mutex.
   [[nodiscard]] bool owns(const void* ptr);
+  /// See allocator::live_bytes_from.
+  [[nodiscard]] std::optional<std::size_t> live_bytes_from(const void* ptr);
   /// The device's total memory, and what an allocation could get now: the
   /// device's free memory plus this allocator's cached bytes (reserved but
   /// not allocated), at most the limit minus what is allocated. Errors: the

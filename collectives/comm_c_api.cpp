@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "strata/c_extension.hpp"
@@ -77,14 +78,59 @@ strata_status borrow_all(strata_allocator* const* allocators, int n,
   return STRATA_OK;
 }
 
-// Runs a collective call on a live handle after checking its enums.
+// What a collective reads and writes on this rank, in elements of its
+// dtype: `send` and `recv` (a count of 0: the buffer is not used here).
+struct extent {
+  const char* name;
+  const void* send;
+  std::size_t send_count;
+  const void* recv;
+  std::size_t recv_count;
+};
+
+// Where a buffer is the communicator's allocator's, it must hold what the
+// call touches: a collective past a block's end would overwrite the next
+// allocation. Buffers from elsewhere are the caller's to size.
+strata::status check_buffers(const strata_comm& c, int rank, const extent& e, strata::dtype t) {
+  strata::allocator* a = strata::c_api::borrow(c.allocator);
+  if (a == nullptr) return {};
+  void (*end_borrow)(strata_allocator*) = &strata::c_api::give_back;
+  const std::unique_ptr<strata_allocator, void (*)(strata_allocator*)> hold(c.allocator,
+                                                                            end_borrow);
+  const std::size_t size = strata::dtype_size(t);
+  for (const auto& [which, ptr, count] : {std::tuple{"send", e.send, e.send_count},
+                                          std::tuple{"recv", e.recv, e.recv_count}}) {
+    if (ptr == nullptr || count == 0 || count > SIZE_MAX / size) continue;  // submit() decides
+    const auto held = a->live_bytes_from(ptr);
+    if (!held || *held >= count * size) continue;
+    return {strata::errc::invalid_argument,
+            std::string(e.name) + " on rank " + std::to_string(rank) + ": the " + which +
+                " buffer " +
+                (*held == 0 ? std::string("is not a live allocation of this rank's allocator")
+                            : "has " + std::to_string(*held) +
+                                  " bytes left in its allocation, and the call touches " +
+                                  std::to_string(count * size))};
+  }
+  return {};
+}
+
+// Runs a collective call on a live handle after checking its enums and,
+// where they are Strata's, its buffers.
 template <class F>
-strata_status collective(strata_comm* c, const strata_dtype& type, F&& call) {
+strata_status collective(strata_comm* c, const strata_dtype& type, const extent& e, F&& call) {
   strata::communicator* impl = slot_target(c);
   if (impl == nullptr) return no_comm(c);
   auto t = strata::c_api::dtype_of(type);
   if (!t) return fail(t.error());
+  if (auto s = check_buffers(*c, impl->rank(), e, *t); !s) return fail(s);
   return to_c(std::forward<F>(call)(*impl, *t));
+}
+
+// count * ranks, or 0 when it overflows (submit() refuses such a count).
+std::size_t times_ranks(strata_comm* c, std::size_t count) {
+  strata::communicator* impl = slot_target(c);
+  const auto n = static_cast<std::size_t>(impl != nullptr ? impl->size() : 1);
+  return count > SIZE_MAX / n ? 0 : count * n;
 }
 
 }  // namespace
@@ -194,7 +240,8 @@ strata_status strata_comm_all_reduce(strata_comm* c, const void* send, void* rec
                                      strata_dtype type, strata_reduce_op op, void* stream) {
   auto o = op_of(op);
   if (!o) return fail(o.error());
-  return collective(c, type, [&](strata::communicator& comm, strata::dtype t) {
+  return collective(c, type, {"all_reduce", send, count, recv, count},
+                    [&](strata::communicator& comm, strata::dtype t) {
     return comm.all_reduce(send, recv, count, t, *o, strata::stream_handle{stream});
   });
 }
@@ -204,21 +251,28 @@ strata_status strata_comm_reduce_scatter(strata_comm* c, const void* send, void*
                                          void* stream) {
   auto o = op_of(op);
   if (!o) return fail(o.error());
-  return collective(c, type, [&](strata::communicator& comm, strata::dtype t) {
+  return collective(c, type,
+                    {"reduce_scatter", send, times_ranks(c, recv_count), recv, recv_count},
+                    [&](strata::communicator& comm, strata::dtype t) {
     return comm.reduce_scatter(send, recv, recv_count, t, *o, strata::stream_handle{stream});
   });
 }
 
 strata_status strata_comm_all_gather(strata_comm* c, const void* send, void* recv,
                                      size_t send_count, strata_dtype type, void* stream) {
-  return collective(c, type, [&](strata::communicator& comm, strata::dtype t) {
+  return collective(c, type,
+                    {"all_gather", send, send_count, recv, times_ranks(c, send_count)},
+                    [&](strata::communicator& comm, strata::dtype t) {
     return comm.all_gather(send, recv, send_count, t, strata::stream_handle{stream});
   });
 }
 
 strata_status strata_comm_broadcast(strata_comm* c, const void* send, void* recv, size_t count,
                                     strata_dtype type, int root, void* stream) {
-  return collective(c, type, [&](strata::communicator& comm, strata::dtype t) {
+  strata::communicator* impl = slot_target(c);
+  const bool sends = impl != nullptr && impl->rank() == root;
+  return collective(c, type, {"broadcast", send, sends ? count : 0, recv, count},
+                    [&](strata::communicator& comm, strata::dtype t) {
     return comm.broadcast(send, recv, count, t, root, strata::stream_handle{stream});
   });
 }

@@ -106,10 +106,23 @@ result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
   if (devices.empty()) {
     return status{errc::invalid_argument, "local communicator: no devices"};
   }
-  if (options.timeout.count() <= 0 || options.link_gbps < 0 || options.latency_us < 0) {
+  if (options.timeout.count() <= 0) {
+    return status{errc::invalid_argument, "local communicator: timeout must be positive"};
+  }
+  // NaN fails every comparison, so each check is written to pass only
+  // for a number in range.
+  if (!(options.link_gbps == 0 ||
+        (options.link_gbps >= min_link_gbps && options.link_gbps <= max_link_gbps))) {
     return status{errc::invalid_argument,
-                  "local communicator: the timeout must be positive and the link rate and "
-                  "latency not negative"};
+                  "local communicator: link_gbps must be 0 (no modeled link) or a rate from " +
+                      std::to_string(min_link_gbps) + " to " + std::to_string(max_link_gbps) +
+                      " GB/s, not " + std::to_string(options.link_gbps)};
+  }
+  if (!(options.latency_us >= 0 && options.latency_us <= max_latency_us)) {
+    return status{errc::invalid_argument,
+                  "local communicator: latency_us must be from 0 to " +
+                      std::to_string(max_latency_us) + " us, not " +
+                      std::to_string(options.latency_us)};
   }
   std::unordered_set<device*> seen;
   std::size_t timing_only = 0;

@@ -67,7 +67,8 @@ double local_group::modeled_seconds(const collective_call& call) const {
       break;
   }
   const double link = options_.link_gbps > 0 ? moved / (options_.link_gbps * 1e9) : 0;
-  return link + options_.latency_us * 1e-6;
+  // At most a day: the time becomes a duration in nanoseconds (int64).
+  return std::min(link + options_.latency_us * 1e-6, 86400.0);
 }
 
 status local_group::join(std::uint64_t seq, int rank, const collective_call& call, double start,

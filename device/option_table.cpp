@@ -29,7 +29,7 @@ std::string count_range(const option_rule& r) {
 std::string bytes_range(const option_rule& r) {
   std::string text;
   if (r.max == no_max) {
-    text = r.min <= 1 ? "a byte size" : "a byte size of at least " + format_byte_option(r.min);
+    text = r.min == 0 ? "a byte size" : "a byte size of at least " + format_byte_option(r.min);
   } else {
     text = format_byte_option(r.min) + " to " + format_byte_option(r.max);
   }

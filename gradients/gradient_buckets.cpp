@@ -301,9 +301,6 @@ result<bucket_options> bucket_options_from(const allocator_options& options) {
 result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
     communicator& comm, std::span<const gradient_param> params, stream_handle comm_stream,
     const bucket_options& options) {
-  if (options.first_bucket_bytes == 0 || options.bucket_bytes == 0) {
-    return invalid("bucket limits must be at least one byte");
-  }
   if (options.reduce_type && *options.reduce_type != dtype::f32 &&
       *options.reduce_type != dtype::bf16 && *options.reduce_type != dtype::f16) {
     return invalid("reduce_type is not a dtype");
@@ -316,6 +313,12 @@ result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
     return invalid("buckets_inflight must be at least 1 when buckets are copied or cast");
   }
   if (params.size() > UINT32_MAX) return invalid("more than 2^32 parameters");
+  // A stream the device does not know would fail only at the first
+  // mark_ready, leaving a step that can never finish.
+  if (auto known = comm.dev().wrap_stream(comm_stream.native); !known) {
+    return invalid("comm_stream is not a stream of the communicator's device: " +
+                   known.error().message());
+  }
   auto s = std::make_unique<state>(comm, comm_stream, options, params);
   auto grads = gradient_buffer::create(s->dev, params);
   if (!grads) return grads.error();

@@ -32,6 +32,8 @@ status check_adam(const adam_tensors& t, const adam_options& o, std::uint64_t st
 // The Adam step's arguments, its scalars computed in double and rounded once.
 adam_args adam_args_of(const adam_tensors& t, const adam_options& o, std::uint64_t step);
 status check_cast(void* dst, dtype to, const void* src, dtype from, std::size_t count);
+// `kernel` is "pack" or "unpack": unpack writes the tensors, so they must
+// not overlap each other either.
 status check_pack(const char* kernel, const pack_entry* entries, std::size_t n, const void* flat,
                   std::size_t flat_bytes);
 // y and x (y itself for scale) of `count` floats: not null, the same or

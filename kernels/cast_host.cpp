@@ -119,6 +119,10 @@ status check_cast(void* dst, dtype to, const void* src, dtype from, std::size_t 
   if (pick_cast(from, to) == nullptr) return invalid(k, "unknown dtype");
   if (!count_fits(count, dtype::f32)) return invalid(k, "count too large");
   if (dst == nullptr || src == nullptr) return invalid(k, "null buffer");
+  if (reinterpret_cast<std::uintptr_t>(dst) % dtype_size(to) != 0 ||
+      reinterpret_cast<std::uintptr_t>(src) % dtype_size(from) != 0) {
+    return invalid(k, "dst and src must be aligned to their element size");
+  }
   const bool same = dst == src && from == to;
   if (!same && overlaps(dst, count * dtype_size(to), src, count * dtype_size(from))) {
     return invalid(k, "dst and src overlap");

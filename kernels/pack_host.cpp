@@ -9,6 +9,7 @@
 // regions, O(N^2) for N entries (a few ms at 1,000 tensors).
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "argument_checks.hpp"
 #include "host_runners.hpp"
@@ -84,6 +85,11 @@ status check_pack(const char* kernel, const pack_entry* entries, std::size_t n, 
       const unsigned char* other = static_cast<const unsigned char*>(flat) + o.offset;
       if (overlaps(region, e.bytes, other, o.bytes)) {
         return invalid(kernel, which() + "'s region overlaps entry " + std::to_string(j) + "'s");
+      }
+      // Unpack writes the tensors: two writing the same bytes would race.
+      if (std::string_view(kernel) == "unpack" && overlaps(e.tensor, e.bytes, o.tensor, o.bytes)) {
+        return invalid(kernel,
+                       which() + "'s tensor overlaps entry " + std::to_string(j) + "'s tensor");
       }
     }
   }

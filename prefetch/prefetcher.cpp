@@ -116,6 +116,11 @@ status prefetcher::add_sharded(std::uint64_t handle, communicator& comm, stream_
     return {errc::invalid_argument, "prefetcher: sharded parameter " + std::to_string(handle) +
                                         ": its communicator is on another device"};
   }
+  if (auto known = comm.dev().wrap_stream(comm_stream.native); !known) {
+    return {errc::invalid_argument, "prefetcher: sharded parameter " + std::to_string(handle) +
+                                        ": comm_stream is not a stream of its device: " +
+                                        known.error().message()};
+  }
   std::lock_guard walk(walk_mu_);
   return shards_->add(handle, comm, comm_stream, type);
 }
@@ -132,9 +137,16 @@ result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mod
                       " is acquired read_only (its full buffer is a gathered copy); update the "
                       "shard through the residency manager"};
   }
-  // The size first: once acquired, nothing below fails.
-  auto bytes = full > 0 ? result<std::size_t>(full) : buffers_.size_of(handle);  // no lock held
+  // The size first: once acquired, nothing below fails. A sharded
+  // parameter's shard must still be registered: its full buffer, gathered
+  // ahead, would otherwise be handed out stale.
+  auto bytes = buffers_.size_of(handle);  // no lock held
+  if (!bytes && full > 0) {
+    std::lock_guard walk(walk_mu_);
+    (void)shards_->forget(handle);
+  }
   if (!bytes) return bytes.error();
+  if (full > 0) bytes = full;
   result<void*> p = nullptr;
   if (full > 0) {
     std::lock_guard walk(walk_mu_);

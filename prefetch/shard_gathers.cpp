@@ -144,6 +144,21 @@ status shard_gathers::reshard(sharded& p) {
   return alloc_.try_free_async(buffer, p.stream.native);
 }
 
+status shard_gathers::forget(std::uint64_t handle) {
+  auto it = params_.find(handle);
+  if (it == params_.end()) return {};
+  sharded& p = it->second;
+  if (p.acquired > 0) return invalid(handle, "unregistered while its full buffer is acquired");
+  status freed;
+  if (p.full != nullptr) freed = reshard(p);
+  // The event may still be waited on by queued work: destroy it once the
+  // communication stream is past the gather (a rare path: an unregister).
+  (void)alloc_.dev().synchronize_stream(p.stream);
+  (void)alloc_.dev().destroy_event(p.gathered);
+  params_.erase(it);
+  return freed;
+}
+
 status shard_gathers::reshard_held() {
   status first;
   for (auto& [handle, p] : params_) {

@@ -75,6 +75,13 @@ class shard_gathers {
   // invalid_argument (not acquired).
   status release(std::uint64_t handle, stream_handle stream, bool keep);
 
+  // Drops sharded parameter `handle`, whose shard the residency manager no
+  // longer has (unregistered): a held full buffer is freed in stream order
+  // and its event destroyed (after a wait for the communication stream),
+  // so nothing serves a stale copy. Errors:
+  // invalid_argument while the full buffer is acquired (it stays).
+  status forget(std::uint64_t handle);
+
   // Frees every full buffer held and not acquired (gathered ahead, or
   // kept after its last release) in stream order: at a step's end, before
   // the shards may be updated. Errors: the allocator's (the others are

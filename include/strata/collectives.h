@@ -34,8 +34,8 @@ typedef enum strata_reduce_op {
 /* Options of the local communicators (strata::local_comm_options). */
 typedef struct strata_local_comm_options {
   int64_t timeout_ms; /* how long a collective waits for the other ranks (> 0) */
-  double link_gbps;   /* modeled link rate between devices, GB/s; 0: none */
-  double latency_us;  /* modeled latency per collective */
+  double link_gbps;   /* modeled link rate between devices, GB/s; 0: none, else 1e-3 to 1e6 */
+  double latency_us;  /* modeled latency per collective, 0 to 1e6 us */
 } strata_local_comm_options;
 
 /* The defaults: 60 s, no modeled link. */

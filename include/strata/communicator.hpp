@@ -160,11 +160,18 @@ struct local_comm_options {
   /// The modeled link rate between devices, in GB/s (1e9 bytes/s), for a
   /// ring: all-reduce moves 2 (n - 1) / n of the buffer per rank,
   /// reduce-scatter and all-gather (n - 1) / n of the full buffer,
-  /// broadcast the buffer once. 0: collectives take only the host's time.
+  /// broadcast the buffer once. 0: collectives take only the host's time;
+  /// otherwise min_link_gbps to max_link_gbps.
   double link_gbps = 0;
-  /// Modeled latency per collective, in microseconds.
+  /// Modeled latency per collective, in microseconds: 0 to max_latency_us.
   double latency_us = 0;
 };
+
+/// The range of local_comm_options::link_gbps (besides 0): 1 MB/s to 1 PB/s.
+inline constexpr double min_link_gbps = 1e-3;
+inline constexpr double max_link_gbps = 1e6;
+/// The most local_comm_options::latency_us: one second per collective.
+inline constexpr double max_latency_us = 1e6;
 
 /// The `local` communicators: rank r of the result runs on `devices[r]`.
 /// Every device must be a distinct device whose memory the host can reach
@@ -174,7 +181,8 @@ struct local_comm_options {
 /// in rank order 0, 1, ..., n - 1 (avg: then one division by n) and rounded once to the dtype: fp32
 /// results are bit for bit the host's sum in that order, bf16 and fp16 results are that fp32 value
 /// rounded to nearest even. Errors: invalid_argument (no devices, a null or repeated device, a
-/// timeout of 0, a negative rate, timing-only and other devices mixed),
+/// timeout of 0, a rate or latency out of its range or not a number, timing-only and other
+/// devices mixed),
 /// not_supported (a device the host cannot read).
 STRATA_API result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
     std::span<device* const> devices, const local_comm_options& options = {});

@@ -64,8 +64,10 @@ namespace strata {
 
 /// Options of `gradient_buckets` (also in STRATA_CONF: docs/configuration.md).
 struct bucket_options {
-  std::size_t first_bucket_bytes = 1ULL << 20;  ///< the first bucket's limit (DDP: 1 MiB)
-  std::size_t bucket_bytes = 25ULL << 20;       ///< later buckets' limit (DDP: 25 MiB)
+  /// The first bucket's limit (DDP: 1 MiB); 0: each gradient a bucket alone.
+  std::size_t first_bucket_bytes = 1ULL << 20;
+  /// Later buckets' limit (DDP: 25 MiB); 0: each gradient a bucket alone.
+  std::size_t bucket_bytes = 25ULL << 20;
   /// Staging buffers of the copy mode and of a cast reduction (reductions
   /// that may be queued with their own staging). Unused with
   /// gradient_as_bucket_view and no cast.
@@ -98,8 +100,9 @@ class STRATA_API gradient_buckets {
   /// the staging buffers are registered with `comm` (`register_buffer`,
   /// ncclCommRegister on `nccl`; skipped when it answers not_supported) and
   /// deregistered before they are freed. Errors: invalid_argument (the
-  /// gradient buffer's, zero bucket limits, buckets_inflight of 0 in copy
-  /// mode or with a cast, a reduce_type that is not a dtype),
+  /// gradient buffer's, buckets_inflight of 0 in copy
+  /// mode or with a cast, a reduce_type that is not a dtype, a comm_stream
+  /// the device does not know: on sim, one it did not create),
   /// out_of_memory, the communicator's registration error.
   static result<std::unique_ptr<gradient_buckets>> create(communicator& comm,
                                                           std::span<const gradient_param> params,

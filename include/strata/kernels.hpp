@@ -131,7 +131,9 @@ STRATA_API status adam_step_host(kernel_pool& pool, const adam_tensors& t, const
 
 /// Converts `count` elements of `src` (type `from`) into `dst` (type `to`).
 /// `dst` and `src` must not overlap unless they are the same buffer and
-/// `from == to` (a no-op).
+/// `from == to` (a no-op), and each must be aligned to its element size.
+/// Errors: invalid_argument (null, misaligned or overlapping buffers, an
+/// unknown dtype, a count whose bytes overflow).
 STRATA_API status cast_copy_host(kernel_pool& pool, void* dst, dtype to, const void* src,
                                  dtype from, std::size_t count);
 
@@ -147,6 +149,7 @@ struct pack_entry {
 STRATA_API status pack_host(kernel_pool& pool, const pack_entry* entries, std::size_t n, void* flat,
                             std::size_t flat_bytes);
 /// The reverse: copies each tensor's region of `flat` back into the tensor.
+/// The tensors, which it writes, must not overlap one another either.
 STRATA_API status unpack_host(kernel_pool& pool, const pack_entry* entries, std::size_t n,
                               const void* flat, std::size_t flat_bytes);
 

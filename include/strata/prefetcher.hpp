@@ -124,7 +124,8 @@ class STRATA_API prefetcher {
   /// step) through the residency manager, outside the prefetcher's steps.
   /// Every rank adds the same parameters. Errors: invalid_argument (unknown
   /// handle, already sharded, a shard that is not whole `type` elements,
-  /// `comm` on another device than the manager's), the device's.
+  /// `comm` on another device than the manager's, a `comm_stream` that
+  /// device does not know: on sim, one it did not create), the device's.
   status add_sharded(std::uint64_t handle, communicator& comm, stream_handle comm_stream,
                      dtype type);
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -118,6 +119,13 @@ class STRATA_API allocator {
   /// True if `ptr` lies in address space this allocator reserved, whether or
   /// not it is a live block (so a false answer means "someone else's").
   [[nodiscard]] bool owns(const void* ptr) const;
+  /// For a pointer into this allocator's address space: the bytes from
+  /// `ptr` to the end of the live block holding it, 0 when no live block
+  /// holds it (freed, or never handed out). std::nullopt when `ptr` is not
+  /// in this allocator's address space (someone else's memory: nothing is
+  /// known of its size). Lets a caller check a buffer holds what it is
+  /// about to write. Thread safety: any thread; takes the allocator's lock.
+  [[nodiscard]] std::optional<std::size_t> live_bytes_from(const void* ptr) const;
   /// The device's total memory and what an allocation could get now (its
   /// free memory plus this allocator's cached bytes, within the limit), as
   /// cudaMemGetInfo reports under the preload shim. Throws `error`.

@@ -285,7 +285,10 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
     const char* says;
   };
   for (const bad& b :
-       {bad{"host_capacity:0", "'host_capacity': expected a byte size or 'none'"},
+       {bad{"host_capacity:0", "'host_capacity': expected a byte size of at least 1MiB or 'none'"},
+        bad{"host_capacity:4KiB", "at least 1MiB"},
+        bad{"host_capacity:1MiB", "less than host_chunk 2MiB"},
+        bad{"nvme_capacity:0", "'nvme_capacity': expected a byte size of at least 1MiB or 'none'"},
         bad{"host_chunk:1KiB", "64KiB to 1GiB"}, bad{"host_large:lots", "'host_large'"},
         bad{"host_kept:1.5", "[0, 1]"}, bad{"nvme_queue_depth:0", "1 to 4096"},
         bad{"nvme_queue_depth:5000", "1 to 4096"}, bad{"nvme_block_size:100", "4KiB to 1GiB"},
@@ -297,6 +300,15 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
     EXPECT_NE(r.error().message().find(b.says), std::string::npos)
         << b.conf << " -> " << r.error().message();
   }
+  // One rule for zero: a byte size may be 0 wherever 0 means "none of it"
+  // (keep no idle memory, one gradient per bucket, no prefetch); where a
+  // key's `none` is stored as 0, 0 is refused with the key's range.
+  auto zeros = parse_allocator_conf(
+      "release_threshold:0,bucket_bytes:0,first_bucket_bytes:0,prefetch_bytes:0,"
+      "host_lookahead:0,device_lookahead:0,reuse_distance:0");
+  ASSERT_TRUE(zeros.ok()) << zeros.error().to_string();
+  EXPECT_EQ(zeros->release_threshold, 0u);
+  EXPECT_EQ(zeros->gradients.bucket_bytes, 0u);
 }
 
 TEST(Allocator, DeviceFaultsFailCleanlyAndLoseNoPage) {

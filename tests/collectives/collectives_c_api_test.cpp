@@ -4,7 +4,9 @@
 // buckets, an allocator its communicator), and the errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -136,6 +138,9 @@ TEST(CollectivesCApi, MistakesAreErrorsWithMessages) {
   c_ranks ranks;
   EXPECT_EQ(strata_allocator_destroy(ranks.alloc[0]), STRATA_ERROR_INVALID_ARGUMENT)
       << "its communicator still uses it";
+  const std::string in_use = strata_last_error_message();
+  EXPECT_NE(in_use.find("communicators"), std::string::npos) << in_use;
+  EXPECT_EQ(in_use.find("a residency manager still"), std::string::npos) << in_use;
   float* x = ranks.floats(0, 4);
   EXPECT_EQ(strata_comm_all_reduce(ranks.comm[0], x, x, 4, static_cast<strata_dtype>(7),
                                    STRATA_REDUCE_SUM, nullptr),
@@ -161,6 +166,51 @@ TEST(CollectivesCApi, MistakesAreErrorsWithMessages) {
   EXPECT_EQ(strata_comm_create_local(one, 1, &o, &c), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_comm_create_local(one, 0, nullptr, &c), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_comm_rank(nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+}
+
+
+// A collective on Strata's buffers touches no byte past their blocks: 100000
+// floats on a 4000-byte allocation would overwrite the next allocation.
+TEST(CollectivesCApi, ACollectiveLargerThanItsStrataBufferIsRefused) {
+  c_ranks ranks;
+  float* small[2] = {ranks.floats(0, 1000), ranks.floats(1, 1000)};
+  float* next = ranks.floats(0, 1000);
+  std::memset(next, 0x5a, 1000 * sizeof(float));
+  EXPECT_EQ(strata_comm_all_reduce(ranks.comm[0], small[0], small[0], 100000, STRATA_F32,
+                                   STRATA_REDUCE_SUM, nullptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  const std::string why = strata_last_error_message();
+  EXPECT_NE(why.find("all_reduce on rank 0"), std::string::npos) << why;
+  EXPECT_NE(why.find("400000"), std::string::npos) << why;
+  // All-gather writes size x count into recv: 600 floats from each of two
+  // ranks do not fit a 1000-float block.
+  EXPECT_EQ(strata_comm_all_gather(ranks.comm[1], small[1], small[1], 600, STRATA_F32, nullptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  // A freed block is no buffer at all.
+  float* gone = ranks.floats(0, 16);
+  ASSERT_EQ(strata_free(ranks.alloc[0], gone), STRATA_OK);
+  EXPECT_EQ(strata_comm_all_reduce(ranks.comm[0], gone, gone, 16, STRATA_F32, STRATA_REDUCE_SUM,
+                                   nullptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(strata_last_error_message()).find("not a live allocation"),
+            std::string::npos);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(next);
+  for (std::size_t i = 0; i < 1000 * sizeof(float); ++i) ASSERT_EQ(bytes[i], 0x5a) << i;
+  // What fits still runs, on both ranks.
+  for (int r = 0; r < 2; ++r) std::fill(small[r], small[r] + 1000, 1.0F);
+  std::vector<std::thread> both;
+  for (int r = 0; r < 2; ++r) {
+    both.emplace_back([&, r] {
+      EXPECT_EQ(strata_comm_all_reduce(ranks.comm[r], small[r], small[r], 1000, STRATA_F32,
+                                       STRATA_REDUCE_SUM, nullptr),
+                STRATA_OK);
+    });
+  }
+  for (auto& t : both) t.join();
+  for (int r = 0; r < 2; ++r) ranks.wait(r);
+  EXPECT_EQ(small[0][999], 2.0F);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(strata_free(ranks.alloc[r], small[r]), STRATA_OK);
+  EXPECT_EQ(strata_free(ranks.alloc[0], next), STRATA_OK);
 }
 
 }  // namespace

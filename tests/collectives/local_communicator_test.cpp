@@ -3,6 +3,8 @@
 // rank that fails a call, a rank that never comes), groups, registration.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -363,6 +365,32 @@ TEST(LocalCommunicator, CreationErrors) {
   o.timeout = std::chrono::milliseconds(0);
   EXPECT_EQ(create_local_communicators(one, o).code(), errc::invalid_argument);
   EXPECT_TRUE(create_local_communicators(one).ok());
+  // Rates and latencies that are not numbers, infinite, negative or absurd
+  // would make the first collective's modeled time undefined.
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const double gbps : {nan, inf, -1.0, 1e-9, 1e30}) {
+    local_comm_options bad;
+    bad.link_gbps = gbps;
+    const auto made = create_local_communicators(one, bad);
+    EXPECT_EQ(made.code(), errc::invalid_argument) << gbps;
+    if (!made.ok()) {
+      EXPECT_NE(made.error().message().find("link_gbps"), std::string::npos);
+    }
+  }
+  for (const double us : {nan, inf, -1.0, 1e30}) {
+    local_comm_options bad;
+    bad.latency_us = us;
+    const auto made = create_local_communicators(one, bad);
+    EXPECT_EQ(made.code(), errc::invalid_argument) << us;
+    if (!made.ok()) {
+      EXPECT_NE(made.error().message().find("latency_us"), std::string::npos);
+    }
+  }
+  local_comm_options edge;
+  edge.link_gbps = min_link_gbps;
+  edge.latency_us = max_latency_us;
+  EXPECT_TRUE(create_local_communicators(one, edge).ok()) << "the ends of the ranges are allowed";
 }
 
 // Timing-only devices (data=none): the collective is matched and takes its

@@ -348,10 +348,6 @@ TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
   EXPECT_TRUE(j.at(1).finish(j.ranks.stream(1)).ok());
   j.ranks.sync_all();
   bucket_options bad;
-  bad.bucket_bytes = 0;
-  EXPECT_EQ(gradient_buckets::create(j.ranks.comm(0), j.params, j.ranks.stream(0), bad).code(),
-            errc::invalid_argument);
-  bad = {};
   bad.gradient_as_bucket_view = false;
   bad.buckets_inflight = 0;
   EXPECT_EQ(gradient_buckets::create(j.ranks.comm(0), j.params, j.ranks.stream(0), bad).code(),
@@ -361,6 +357,16 @@ TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
   bad.buckets_inflight = 0;
   EXPECT_EQ(gradient_buckets::create(j.ranks.comm(0), j.params, j.ranks.stream(0), bad).code(),
             errc::invalid_argument);
+  // A stream the device never made is refused here, not at the first
+  // mark_ready (after which the step could never finish).
+  int not_a_stream = 0;
+  const auto bogus =
+      gradient_buckets::create(j.ranks.comm(0), j.params, stream_handle{&not_a_stream}, {});
+  EXPECT_EQ(bogus.code(), errc::invalid_argument);
+  if (!bogus.ok()) {
+    EXPECT_NE(bogus.error().message().find("comm_stream"), std::string::npos)
+        << bogus.error().message();
+  }
 }
 
 TEST(GradientBuckets, OptionsComeFromStrataConf) {
@@ -386,7 +392,7 @@ TEST(GradientBuckets, OptionsComeFromStrataConf) {
   EXPECT_EQ(bad.code(), errc::invalid_argument);
   EXPECT_NE(bad.error().message().find("bucket_reduce_dtype"), std::string::npos);
   EXPECT_EQ(parse_allocator_conf("buckets_inflight:0").code(), errc::invalid_argument);
-  EXPECT_EQ(parse_allocator_conf("bucket_bytes:0").code(), errc::invalid_argument);
+  EXPECT_TRUE(parse_allocator_conf("bucket_bytes:0").ok()) << "0: each gradient alone";
   allocator_options filled;
   filled.gradients.bucket_reduce_dtype = "int8";
   EXPECT_EQ(bucket_options_from(filled).code(), errc::invalid_argument);
@@ -445,6 +451,13 @@ TEST(GradientBuckets, BucketsFollowTheLimitsAndSplitByDtype) {
   // Reverse order: 4 (16 KiB, alone), then 3 and 2 (bf16), then 1 and 0.
   const std::vector<std::vector<std::size_t>> want{{4}, {3, 2}, {1, 0}};
   EXPECT_EQ((*b)->buckets(), want);
+  // Limits of 0 (as DDP's bucket_cap_mb=0): every gradient is a bucket alone.
+  o.first_bucket_bytes = 0;
+  o.bucket_bytes = 0;
+  auto alone = gradient_buckets::create(ranks.comm(0), params, ranks.stream(0), o);
+  ASSERT_TRUE(alone.ok()) << alone.error().to_string();
+  const std::vector<std::vector<std::size_t>> each{{4}, {3}, {2}, {1}, {0}};
+  EXPECT_EQ((*alone)->buckets(), each);
 }
 
 }  // namespace

@@ -235,6 +235,17 @@ TEST(KernelCasts, UnalignedTailsAndSameBufferCopies) {
   EXPECT_EQ(cast_copy_host(*pool, nullptr, dtype::bf16, in.data(), dtype::f32, 10).code(),
             errc::invalid_argument);
   EXPECT_TRUE(cast_copy_host(*pool, nullptr, dtype::bf16, nullptr, dtype::f32, 0).ok());
+  // A pointer not aligned to its element size is refused (loading through
+  // it would be undefined behaviour), and nothing is written.
+  auto* bytes = reinterpret_cast<unsigned char*>(out.data());
+  const auto misaligned = cast_copy_host(*pool, bytes + 1, dtype::bf16, in.data(), dtype::f32, 8);
+  EXPECT_EQ(misaligned.code(), errc::invalid_argument);
+  EXPECT_NE(misaligned.message().find("aligned"), std::string::npos) << misaligned.message();
+  EXPECT_EQ(cast_copy_host(*pool, out.data(), dtype::bf16,
+                           reinterpret_cast<unsigned char*>(in.data()) + 2, dtype::f32, 8)
+                .code(),
+            errc::invalid_argument);
+  EXPECT_EQ(out[0], 0xdead) << "a refused cast wrote";
 }
 
 // --- Adam -------------------------------------------------------------------
@@ -449,6 +460,15 @@ TEST(KernelPack, OverlapsAndOutOfRangeEntriesAreRefused) {
             errc::invalid_argument);
   for (unsigned char c : flat) ASSERT_EQ(c, 0) << "a refused pack wrote";
   EXPECT_TRUE(pack_host(*pool, nullptr, 0, nullptr, 0).ok());
+  // Two entries unpacking into the same bytes of one tensor: refused (for
+  // pack the same tensor may be read twice).
+  pack_entry same_destination[] = {{a.data(), 40, 0}, {a.data() + 20, 40, 50}};
+  const status unpack = unpack_host(*pool, same_destination, 2, flat.data(), flat.size());
+  EXPECT_EQ(unpack.code(), errc::invalid_argument);
+  EXPECT_NE(unpack.message().find("tensor overlaps entry 0's tensor"), std::string::npos)
+      << unpack.message();
+  for (unsigned char c : a) ASSERT_EQ(c, 1) << "a refused unpack wrote";
+  EXPECT_TRUE(pack_host(*pool, same_destination, 2, flat.data(), flat.size()).ok());
 }
 
 TEST(KernelAxpy, ScaleAndAccumulateMatchTheReference) {

@@ -232,6 +232,11 @@ TEST(ShardedFetch, MistakesAreRefused) {
   EXPECT_EQ(st.fetch->add_sharded(*odd, job.ranks.comm(1), st.comm_stream, dtype::f16).code(),
             errc::invalid_argument)
       << "rank 1's communicator is on another device";
+  int not_a_stream = 0;
+  const status bogus =
+      st.fetch->add_sharded(*odd, job.ranks.comm(0), stream_handle{&not_a_stream}, dtype::f16);
+  EXPECT_EQ(bogus.code(), errc::invalid_argument) << "a stream the device never made";
+  EXPECT_NE(bogus.message().find("comm_stream"), std::string::npos) << bogus.message();
   EXPECT_TRUE(st.manager->unregister(*odd).ok());
   EXPECT_EQ(st.fetch->release(h, job.ranks.stream(0).native).code(), errc::invalid_argument)
       << "released without an acquire";
@@ -286,9 +291,19 @@ TEST(ShardedFetch, TheCApiGathersAndKeepsItsCommunicator) {
     EXPECT_TRUE(same_bytes(full[r], want.data(), full_floats * sizeof(float))) << "rank " << r;
     ASSERT_EQ(strata_prefetcher_release(fetch[r], shard[r], nullptr), STRATA_OK);
   }
+  // Rank 0's shard unregistered: its full buffer, still held, is not handed
+  // out stale.
+  ASSERT_EQ(strata_residency_unregister(res[0], shard[0]), STRATA_OK);
+  void* stale = nullptr;
+  EXPECT_EQ(
+      strata_prefetcher_acquire_mode(fetch[0], shard[0], nullptr, STRATA_READ_ONLY, &stale),
+      STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(stale, nullptr);
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(strata_prefetcher_destroy(fetch[r]), STRATA_OK);
-    ASSERT_EQ(strata_residency_unregister(res[r], shard[r]), STRATA_OK);
+    if (r != 0) {
+      ASSERT_EQ(strata_residency_unregister(res[r], shard[r]), STRATA_OK);
+    }
     ASSERT_EQ(strata_residency_destroy(res[r]), STRATA_OK);
   }
   for (strata_comm* c : comm) ASSERT_EQ(strata_comm_destroy(c), STRATA_OK);
