@@ -142,26 +142,33 @@ status nvme_store::fail(io_kind kind, std::uint64_t offset, std::size_t length, 
 status nvme_store::reserve_file(std::uint64_t end) {
   if (modeled_ != nullptr) return {};  // no file
   if (end <= allocated_) return {};
-  std::uint64_t target = std::max<std::uint64_t>(end, allocated_ + (256ULL << 20));
+  std::uint64_t target = std::max<std::uint64_t>(end, allocated_ + grow_step);
   if (options_.nvme_capacity != 0) target = std::min<std::uint64_t>(target, options_.nvme_capacity);
   target = std::max(target, end);
-  if (::fallocate(fd_, 0, static_cast<off_t>(allocated_),
-                  static_cast<off_t>(target - allocated_)) != 0) {
-    const int error = errno;
-    if (error == EOPNOTSUPP) {
-      allocated_ = target;  // the writes will allocate
+  for (;;) {
+    int result = ::fallocate(fd_, 0, static_cast<off_t>(allocated_),
+                             static_cast<off_t>(target - allocated_)) == 0
+                     ? 0
+                     : -errno;
+    if (faults_ != nullptr) result = faults_->reserved(allocated_, target - allocated_, result);
+    if (result == 0 || result == -EOPNOTSUPP) {  // unsupported: the writes will allocate
+      allocated_ = target;
       return {};
+    }
+    // A disk with less room than a whole step still takes what fits: halve
+    // the step, down to the bytes this write needs.
+    if (result == -ENOSPC && target > end) {
+      target = std::max(end, allocated_ + (target - allocated_) / 2);
+      continue;
     }
     const std::string what = "allocating " + std::to_string(target - allocated_) +
                              " bytes at offset " + std::to_string(allocated_) + " in " +
                              options_.nvme_dir;
-    if (error == ENOSPC) {
+    if (result == -ENOSPC) {
       return {errc::out_of_memory, "nvme store: no space left on the device: " + what};
     }
-    return {errc::io_error, "nvme store: " + what + " failed: " + why(error)};
+    return {errc::io_error, "nvme store: " + what + " failed: " + why(-result)};
   }
-  allocated_ = target;
-  return {};
 }
 
 // One request: a block_size piece of the transfer (the last may be shorter).

@@ -61,6 +61,13 @@ class STRATA_API io_faults {
   /// operation.
   virtual int complete(io_kind kind, std::uint64_t offset, void* buffer, std::size_t length,
                        int result) = 0;
+  /// Returns the result the store sees for allocating file bytes
+  /// [offset, offset + length) ahead of writes (0, or -errno such as
+  /// -ENOSPC to model a small disk); `result` is what fallocate gave. Called
+  /// from the thread running the store's operation.
+  virtual int reserved(std::uint64_t /*offset*/, std::uint64_t /*length*/, int result) {
+    return result;
+  }
 };
 
 class STRATA_API nvme_store {
@@ -189,8 +196,11 @@ class STRATA_API nvme_store {
   status fail(io_kind kind, std::uint64_t offset, std::size_t length, int result);
   // Allocates file blocks up to `end` ahead of the writes (as fio does), so
   // writes do not wait for the file system to allocate; grows in steps of
-  // at least 256 MiB. ENOSPC here is out_of_memory, before any data moves.
+  // grow_step, halved on ENOSPC down to what the write needs (a small disk
+  // is used to its end). ENOSPC for that is out_of_memory, before any data
+  // moves.
   status reserve_file(std::uint64_t end);
+  static constexpr std::uint64_t grow_step = 256ULL << 20;
   unsigned char* bounce(std::size_t slot);
   status mismatch(std::uint64_t id, const extent& e, std::uint32_t read_crc, const char* what);
 

@@ -221,6 +221,66 @@ TEST(NvmeStore, CapacityIsOutOfMemory) {
   EXPECT_NE(full.error().message().find("capacity"), std::string::npos);
 }
 
+// A disk of `bytes`: allocating file space past it is ENOSPC.
+class small_disk : public io_faults {
+ public:
+  explicit small_disk(std::uint64_t bytes) : bytes_(bytes) {}
+  int complete(io_kind /*kind*/, std::uint64_t /*offset*/, void* /*buffer*/,
+               std::size_t /*length*/, int result) override {
+    return result;
+  }
+  int reserved(std::uint64_t offset, std::uint64_t length, int result) override {
+    return offset + length > bytes_ ? -ENOSPC : result;
+  }
+
+ private:
+  std::uint64_t bytes_;
+};
+
+// The file grows in 256 MiB steps; a disk with less room than a step is
+// still used to its end (an 8 MiB disk took no 2 MiB spill, a 400 MiB one
+// stopped at 256 MiB).
+TEST(NvmeStore, ASmallDiskIsUsedToItsEnd) {
+  small_disk eight(8 << 20);
+  OPEN_OR_SKIP(store, opts(1 << 20, 4), &eight);
+  const auto two = pattern(2 << 20, 5);
+  std::vector<std::uint64_t> ids;
+  status full;
+  for (int i = 0; i < 8 && full.ok(); ++i) {
+    auto id = store->write(two.data(), two.size());
+    if (id) ids.push_back(*id);
+    if (!id) full = id.error();
+  }
+  // Each spill takes its 2 MiB, a trailer, and starts on a 1 MiB request
+  // boundary: 3 MiB of file, so two fit 8 MiB and the third does not.
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_EQ(full.code(), errc::out_of_memory);
+  EXPECT_NE(full.message().find("no space left"), std::string::npos) << full.message();
+  ASSERT_FALSE(ids.empty());
+  std::vector<unsigned char> back(two.size());
+  ASSERT_TRUE(store->read(ids.back(), back.data(), back.size()).ok());
+  EXPECT_EQ(back, two);
+}
+
+TEST(NvmeStore, A400MiBDiskTakesMoreThanOneStep) {
+  small_disk disk(400ULL << 20);
+  OPEN_OR_SKIP(store, opts(1 << 20, 4), &disk);
+  const auto data = pattern(16 << 20, 6);
+  std::uint64_t written = 0;
+  for (;;) {
+    auto id = store->write(data.data(), data.size());
+    if (!id) {
+      EXPECT_EQ(id.code(), errc::out_of_memory) << id.error().to_string();
+      break;
+    }
+    written += data.size();
+    ASSERT_LE(written, 400ULL << 20);
+  }
+  // Each 16 MiB extent takes 17 MiB of file (a trailer, then the next
+  // request boundary): 23 fit 400 MiB.
+  EXPECT_EQ(written, 23ULL * (16 << 20)) << "the disk past the first 256 MiB step was used";
+}
+
 // Makes the `nth` completion of `kind` (1 = the first from now) report
 // `result`, or flips a byte of it when `result` is 0.
 class one_fault : public io_faults {
