@@ -136,7 +136,25 @@ result<std::uintptr_t> cuda_device::do_reserve(std::size_t bytes, std::size_t al
   return static_cast<std::uintptr_t>(p);
 }
 
+bool cuda_device::reserved_here(std::uintptr_t va, std::size_t bytes) const {
+  auto it = reservations_.upper_bound(va);
+  if (it == reservations_.begin()) return false;
+  --it;
+  return va - it->first <= it->second && bytes <= it->second - (va - it->first);
+}
+
 status cuda_device::do_free_reservation(std::uintptr_t base, std::size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = reservations_.find(base);
+    if (it == reservations_.end() || it->second != bytes) {
+      return {errc::invalid_argument, "free_reservation: not a whole reservation of this device"};
+    }
+    auto inside = mappings_.lower_bound(base);
+    if (inside != mappings_.end() && inside->first < base + bytes) {
+      return {errc::invalid_argument, "free_reservation: the range still has mappings"};
+    }
+  }
   context_scope scope(*this);
   if (CUresult r = drv_.mem_address_free(dptr(base), bytes); r != CUDA_SUCCESS) {
     return drv_.error("cuMemAddressFree", r);
@@ -169,6 +187,22 @@ status cuda_device::do_release_pages(page_run run) {
 }
 
 status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+  {
+    // The driver maps past a reservation's end (it checks only that the
+    // range is reserved by someone), after which freeing the reservation
+    // fails: every range is checked against this device's own first.
+    std::lock_guard lock(mu_);
+    if (!reserved_here(va, bytes)) {
+      return {errc::invalid_argument, "map: the range is not inside one reservation of this device"};
+    }
+    auto next = mappings_.lower_bound(va);
+    const bool overlaps_next = next != mappings_.end() && next->first < va + bytes;
+    const bool overlaps_prev =
+        next != mappings_.begin() && std::prev(next)->first + std::prev(next)->second > va;
+    if (overlaps_next || overlaps_prev) {
+      return {errc::invalid_argument, "map: the range overlaps a mapping"};
+    }
+  }
   context_scope scope(*this);
   if (CUresult r = drv_.mem_map(dptr(va), bytes, offset, run.id, 0); r != CUDA_SUCCESS) {
     return drv_.error("cuMemMap", r);
@@ -205,6 +239,13 @@ status cuda_device::unmap_recorded(std::uintptr_t va, std::size_t bytes) {
 }
 
 status cuda_device::do_set_access(std::uintptr_t va, std::size_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    if (!reserved_here(va, bytes)) {
+      return {errc::invalid_argument,
+              "set_access: the range is not inside one reservation of this device"};
+    }
+  }
   context_scope scope(*this);
   CUmemAccessDesc access{};
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
