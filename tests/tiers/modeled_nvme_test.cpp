@@ -33,6 +33,7 @@ struct modeled_tier {
     stream = *alloc->dev().create_stream();
     offload_options o;
     o.host_capacity = host_capacity;
+    o.host_chunk = 256 << 10;  // within the smallest host capacity used here
     o.nvme_model = true;
     o.nvme_model_gbps = 1;
     o.nvme_write_behind = false;
