@@ -12,12 +12,22 @@
 offload() registers every parameter (fp32, or bf16 with an fp32 master
 copy), and Adam's two moments for each, with a residency manager (libstrata's C API, strata/residency.h) and steps
 a prefetcher over them (strata/prefetch.h). A module's parameters point at
-their device buffer from its forward pre-hook until its forward ends, and
-again from the moment its backward starts until the next module's backward
-starts (autograd has accumulated their gradients by then): the rest of the
+their device buffer from its forward pre-hook until its forward ends; in
+backward, from when the module's output gradient arrives (or the first
+saved tensor that needs one of them is unpacked, or its gradient arrives)
+until autograd has accumulated that parameter's gradient. The rest of the
 time they are released, so the manager may spill them to host memory and
 NVMe, and the prefetcher fetches them back ahead of the next use, in the
 order the first step recorded. Gradients stay ordinary CPU tensors.
+
+Any module is right, whatever it calls: tensors autograd saves in forward
+that are views of a parameter's buffer (F.linear saves the weight's
+transpose) are saved as "that view of that parameter" (saved-tensor hooks)
+and rebuilt over its buffer in backward, wherever the buffer is by then. A
+module that holds parameters and calls children keeps its own until their
+gradients are accumulated. An exception inside a forward leaves nothing
+held: the next forward or step() releases what it left. Zero-size
+parameters are left as they are (nothing to offload).
 
 Where each buffer may go is chosen per buffer (strata_placement.py):
 `placement` maps name patterns to a place, and `parameters` /
@@ -55,6 +65,8 @@ import os
 import torch
 
 from strata_placement import PlacementError, placements
+
+_owner = {}  # id(parameter) -> the Offload holding it (until closed)
 
 __all__ = ["Offload", "OffloadError", "offload"]
 
@@ -135,30 +147,26 @@ def _load(path):
     return lib
 
 
-class _OffloadedLinear(torch.autograd.Function):
-    """nn.Linear for offloaded parameters. PyTorch's own saves a view of
-    the weight (its transpose) for backward, which keeps pointing at the
-    buffer the weight had in forward, long since released and reused; this
-    one keeps the parameters themselves, whose .data the backward hook has
-    pointed at their buffer again (as DeepSpeed's ZeRO-3 does). Forward is
-    torch's; backward computes the same products."""
+class _SavedView:
+    """A tensor autograd saved that views an offloaded parameter's buffer:
+    rebuilt over the parameter's buffer when backward unpacks it."""
 
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x)
-        ctx.params = (weight, bias)
-        return torch.nn.functional.linear(x, weight, bias)
+    __slots__ = ("param", "offset", "size", "stride")
 
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        weight, bias = ctx.params
-        g2 = grad.reshape(-1, grad.shape[-1])
-        x2 = x.reshape(-1, x.shape[-1])
-        grad_x = grad.matmul(weight.data)
-        grad_w = x2.t().mm(g2).t()
-        grad_b = g2.sum(0) if bias is not None else None
-        return grad_x, grad_w, grad_b
+    def __init__(self, param, t):
+        self.param = param
+        self.offset = t.storage_offset()
+        self.size = tuple(t.size())
+        self.stride = tuple(t.stride())
+
+
+def _storage_ptr(t):
+    try:
+        if hasattr(t, "untyped_storage"):
+            return t.untyped_storage().data_ptr()
+        return t.storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 class Offload:
@@ -167,12 +175,17 @@ class Offload:
     def __init__(self, model, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  adamw=False, device="sim:capacity=1GiB", conf="", library=None,
                  placement=None, parameters="offload", optimizer_state="offload"):
-        for p in model.parameters():  # before anything is made
-            if p.dtype not in _DTYPES:
+        for n, p in model.named_parameters():  # before anything is made
+            if id(p) in _owner:
+                raise OffloadError(
+                    f"offload: parameter {n!r} is already offloaded by an Offload that was not "
+                    "closed (the same model offloaded twice?): close() that one first")
+            if p.numel() > 0 and p.dtype not in _DTYPES:
                 raise OffloadError(f"offload needs fp32 or bf16 parameters, not {p.dtype}")
         try:
             self._places = placements(
-                [(n, p.numel() * 4, p.dtype != torch.float32) for n, p in model.named_parameters()],
+                [(n, p.numel() * 4, p.dtype != torch.float32)
+                 for n, p in model.named_parameters() if p.numel() > 0],
                 placement, parameters, optimizer_state)
         except PlacementError as e:
             raise OffloadError(str(e)) from None
@@ -184,17 +197,25 @@ class Offload:
         # (parameter, its handle, exp_avg's, exp_avg_sq's, its fp32 master's or None)
         self._params = []
         self._handle = {}    # id(parameter) -> handle
-        self._backward = []  # modules whose parameters backward holds now
         self._hooks = []
-        self._linears = []   # (module, its own forward) for close()
         self._shapes = {}    # id(parameter) -> its shape
         self._names = {}     # handle -> what it holds, for messages
         self._sizes = {}     # handle -> bytes
         self._held = {}      # handle -> acquires not yet released
         self._pinned = []    # handles placed on the device
         self._by_name = {}   # buffer name (as placement patterns see it) -> handle
+        self._uses = {}      # id(parameter) -> acquires pointing it at its buffer now
+        self._by_ptr = {}    # buffer address -> the parameter pointed at it
+        self._forward = []   # (module, its parameters) whose forward holds them now
+        self._backward = {}  # id(parameter) -> parameter, held for backward
+        self._accumulators = []  # the parameters' AccumulateGrad nodes, kept alive
+        self._saving = None  # the saved-tensor hooks while a forward runs, and its module
+        self._closed = False
         try:
-            self._alloc = self._make("strata_allocator_create", f"device:{device}".encode())
+            # The allocator obeys conf's allocator keys too (memory_fraction,
+            # log_ooms, ...): every key is obeyed by the part it belongs to.
+            spec = f"device:{device}" + (f",{conf}" if conf else "")
+            self._alloc = self._make("strata_allocator_create", spec.encode())
             self._res = self._make("strata_residency_create", self._alloc, conf.encode())
             self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
             self._kernels = self._make("strata_kernels_create", None, ctypes.c_uint(1))
@@ -203,22 +224,33 @@ class Offload:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
             raise
         for p, *_handles in self._params:
+            _owner[id(p)] = self
+            if p.requires_grad:
+                # After autograd accumulates p's gradient nothing in this
+                # backward uses p's value: its buffer may go. The node is
+                # kept: autograd holds it weakly.
+                with torch.enable_grad():
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(lambda _gi, _go, p=p: self._accumulated(p))
+                self._accumulators.append(acc)
+                self._hooks.append(p.register_hook(lambda g, p=p: self._grad_arrives(p, g)))
             p.data = torch.empty(0, dtype=p.dtype)  # the model's own copy is gone: Strata holds it
+        # The model's own pre-hook first: it cleans up after a forward that
+        # raised before this one's modules hold anything.
+        self._hooks.append(model.register_forward_pre_hook(self._step_begins))
         for module in model.modules():
-            if any(True for _ in module.parameters(recurse=False)):
+            if any(id(p) in self._handle for p in module.parameters(recurse=False)):
                 self._hooks.append(module.register_forward_pre_hook(self._before_forward))
                 self._hooks.append(module.register_forward_hook(self._after_forward))
-            if type(module) is torch.nn.Linear:
-                self._linears.append((module, module.forward))
-                module.forward = (lambda x, m=module:
-                                  _OffloadedLinear.apply(x, m.weight, m.bias))
-        self._hooks.append(model.register_forward_pre_hook(self._step_begins))
+        self._hooks.append(model.register_forward_hook(self._forward_ends))
 
     def _register_all(self, model):
         """Each parameter's bytes, two zeroed moments and (bf16) its fp32
         master copy into the manager."""
         names = {id(p): n for n, p in model.named_parameters()}
         for p in model.parameters():
+            if p.numel() == 0:
+                continue  # nothing to offload: it stays as it is
             name = names.get(id(p), "a parameter")
             n4 = p.numel() * 4
             h = self._register(p.numel() * _DTYPES[p.dtype][1], _PARAMETER, name)
@@ -343,27 +375,83 @@ class Offload:
                                 dtype=dtype).view(shape)
 
     # --- the hooks -----------------------------------------------------------
-    def _point(self, module):
-        for p in module.parameters(recurse=False):
-            h = self._handle[id(p)]
-            ptr = self._acquire(h, _READ_ONLY)
+    def _hold(self, p):
+        """One more use of p's buffer; p.data points at it."""
+        ptr = self._acquire(self._handle[id(p)], _READ_ONLY)
+        self._uses[id(p)] = self._uses.get(id(p), 0) + 1
+        if self._uses[id(p)] == 1:
             p.data = self._view(ptr, self._shapes[id(p)])
+            self._by_ptr[ptr] = p
 
-    def _unpoint(self, module):
-        for p in module.parameters(recurse=False):
-            self._release(self._handle[id(p)])
+    def _drop(self, p):
+        """Ends one use; at the last, p.data is empty again."""
+        self._release(self._handle[id(p)])
+        self._uses[id(p)] -= 1
+        if self._uses[id(p)] == 0:
+            self._by_ptr.pop(p.data.data_ptr(), None)
             p.data = torch.empty(0, dtype=p.dtype)
 
-    def _step_begins(self, _module, _inputs):
+    def _offloaded_params(self, module):
+        return [p for p in module.parameters(recurse=False) if id(p) in self._handle]
+
+    def _pack(self, t):
+        p = self._by_ptr.get(_storage_ptr(t)) if self._by_ptr else None
+        return t if p is None else _SavedView(p, t)
+
+    def _unpack(self, saved):
+        if not isinstance(saved, _SavedView):
+            return saved
+        self._hold_for_backward(saved.param)
+        return saved.param.data.as_strided(saved.size, saved.stride, saved.offset)
+
+    def _start_saving(self, module):
+        if self._saving is None:
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+            hooks.__enter__()
+            self._saving = (hooks, module)
+
+    def _stop_saving(self, module=None):
+        if self._saving is not None and (module is None or self._saving[1] is module):
+            self._saving[0].__exit__(None, None, None)
+            self._saving = None
+
+    def _recover(self):
+        """What a forward that raised left behind: its holds and hooks."""
+        self._stop_saving()
+        while self._forward:
+            _module, params = self._forward.pop()
+            for p in params:
+                self._drop(p)
+
+    def _step_begins(self, module, _inputs):
+        self._recover()
         if not self._in_step:
             self._check(self._lib.strata_prefetcher_begin_step(self._fetch), "begin_step")
             self._in_step = True
+        self._start_saving(module)
+
+    def _forward_ends(self, module, _inputs, _output):
+        self._stop_saving(module)
 
     def _before_forward(self, module, _inputs):
-        self._point(module)
+        self._start_saving(module)  # a submodule called on its own
+        params = self._offloaded_params(module)
+        for i, p in enumerate(params):
+            try:
+                self._hold(p)
+            except BaseException:
+                for q in params[:i]:
+                    self._drop(q)
+                raise
+        self._forward.append((module, params))
 
     def _after_forward(self, module, _inputs, output):
-        self._unpoint(module)
+        for i in range(len(self._forward) - 1, -1, -1):
+            if self._forward[i][0] is module:
+                for p in self._forward.pop(i)[1]:
+                    self._drop(p)
+                break
+        self._stop_saving(module)
         if torch.is_grad_enabled():
             for t in _tensors(output):
                 if t.requires_grad:
@@ -371,24 +459,38 @@ class Offload:
                     break
         return output
 
+    def _hold_for_backward(self, p):
+        if id(p) not in self._backward:
+            self._hold(p)
+            self._backward[id(p)] = p
+
     def _before_backward(self, module, grad):
-        # The modules before this one in backward have run, and autograd
-        # accumulates their parameters' gradients before it starts another
-        # node: they may go.
-        self._release_backward()
-        self._point(module)
-        self._backward.append(module)
+        # Its parameters are needed from here (their saved views, their
+        # gradients' accumulation): fetched together, early.
+        for p in self._offloaded_params(module):
+            self._hold_for_backward(p)
         return grad
 
+    def _grad_arrives(self, p, grad):
+        # AccumulateGrad reads p's shape and layout: p points at its buffer.
+        if not self._closed:
+            self._hold_for_backward(p)
+        return grad
+
+    def _accumulated(self, p):
+        if not self._closed and self._backward.pop(id(p), None) is not None:
+            self._drop(p)
+
     def _release_backward(self):
-        for m in self._backward:
-            self._unpoint(m)
-        self._backward = []
+        for p in list(self._backward.values()):
+            del self._backward[id(p)]
+            self._drop(p)
 
     # --- the optimizer -----------------------------------------------------
     def step(self):
         """Adam (or AdamW) on every parameter with a gradient, then the
         prefetcher's step ends; the gradients are cleared."""
+        self._recover()
         self._release_backward()
         for p, h, m, v, master in self._params:
             if p.grad is None:
@@ -472,10 +574,13 @@ class Offload:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
-        for module, forward in self._linears:
-            module.forward = forward
-        self._linears = []
-        self._release_backward()
+        if not self._closed and self._res:
+            self._recover()
+            self._release_backward()
+        self._closed = True
+        self._accumulators = []
+        for p, *_handles in self._params:
+            _owner.pop(id(p), None)
         if self._fetch:
             self._lib.strata_prefetcher_destroy(self._fetch)
             self._fetch = None

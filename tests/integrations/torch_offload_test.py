@@ -41,6 +41,16 @@ torch.optim.Adam (foreach=False):
     buffers that leave no room are errors naming them; every step writes
     each moment placed "nvme" to NVMe.
 
+  - any module trains exactly like the plain model under memory pressure,
+    whatever it calls: one with its own parameters that calls a child
+    between their uses, one calling F.linear itself, a subclass of
+    nn.Linear, one using matmul on a transposed weight, and a zero-size
+    parameter (left alone);
+  - an exception inside a module's forward leaks nothing: the next steps
+    run on a device that only fits if nothing stayed held;
+  - offload(conf=...) obeys allocator keys (memory_fraction) and refuses
+    bad ones; offloading one model twice says so.
+
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
 """
@@ -360,6 +370,144 @@ def placement_errors(nvme_dir):
     return errors
 
 
+H = 256
+
+
+class OwnAndChild(torch.nn.Module):
+    """Its own parameters, used before and after a child's."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(H, H) * 0.05)
+        self.child = torch.nn.Linear(H, H)
+        self.b = torch.nn.Parameter(torch.zeros(H))
+
+    def forward(self, x):
+        return self.child(torch.tanh(x @ self.w.t())) * self.b.sigmoid()
+
+
+class FunctionalLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(H, H) * 0.05)
+        self.bias = torch.nn.Parameter(torch.zeros(H))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+class ScaledLinear(torch.nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+class TransposedMatmul(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(H, H) * 0.05)
+        self.nothing = torch.nn.Parameter(torch.zeros(0))
+
+    def forward(self, x):
+        return torch.matmul(x, self.w.t()) + self.nothing.sum()
+
+
+class Hostile(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([OwnAndChild(), FunctionalLinear(), ScaledLinear(H, H),
+                                           TransposedMatmul(), OwnAndChild()])
+        self.head = torch.nn.Linear(H, 10)
+        self.fail = False
+
+    def forward(self, x, _step=0):
+        for i, layer in enumerate(self.layers):
+            x = torch.nn.functional.gelu(layer(x))
+            if self.fail and i == 2:
+                raise RuntimeError("a forward that fails")
+        return self.head(x)
+
+
+def hostile_batch(step):
+    g = torch.Generator().manual_seed(SEED + 1000 + step)
+    return torch.randn(8, H, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+
+def hostile_losses(nvme_dir, steps=6, offloaded=True, fail_at=None):
+    """Losses of Hostile trained plainly or offloaded onto a device that holds
+    a fraction of it; `fail_at`: that step's forward raises (and is retried)."""
+    torch.manual_seed(SEED)
+    model = Hostile()
+    if offloaded:
+        off = strata_torch.offload(
+            model, lr=1e-3, device="sim:capacity=1536KiB,granularity=64KiB",
+            conf=f"host_capacity:2MiB,host_chunk:64KiB,host_large:4KiB,nvme_dir:{nvme_dir},"
+                 "nvme_block_size:64KiB")
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+    losses = []
+    try:
+        for s in range(steps):
+            x, y = hostile_batch(s)
+            if s == fail_at:
+                model.fail = True
+                try:
+                    model(x)
+                except RuntimeError:
+                    pass
+                model.fail = False
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if not offloaded:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if offloaded:
+                off.step()
+                check("nothing stays held after step()",
+                      not any(n > 0 for n in off._held.values()), str(off._held))
+            else:
+                opt.step()
+            losses.append(loss.item())
+    finally:
+        if offloaded:
+            off.close()
+    return losses
+
+
+def conf_keys(nvme_dir):
+    """The errors of offload(conf=...) with allocator keys: memory_fraction
+    obeyed (no room), a bad value refused; and of offloading a model twice."""
+    torch.manual_seed(SEED)
+    model = Hostile()
+    off = None
+    try:  # 1% of 8 MiB: not even the registration's first fill fits
+        off = strata_torch.offload(model, device="sim:capacity=8MiB,granularity=64KiB",
+                                   conf="memory_fraction:0.01,log_ooms:false")
+        x, y = hostile_batch(0)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        off.step()
+        obeyed = None
+    except strata_offload.OffloadError as e:
+        obeyed = str(e)
+    finally:
+        if off is not None:
+            off.close()
+    torch.manual_seed(SEED)
+    model = Hostile()
+    try:
+        strata_torch.offload(model, conf="memory_fraction:2").close()
+        refused = None
+    except strata_offload.OffloadError as e:
+        refused = str(e)
+    first = strata_torch.offload(model, conf=f"nvme_dir:{nvme_dir}")
+    try:
+        strata_torch.offload(model).close()
+        twice = None
+    except strata_offload.OffloadError as e:
+        twice = str(e)
+    finally:
+        first.close()
+    return obeyed, refused, twice
+
+
 def check(name, ok, detail=""):
     if not ok:
         print(f"torch_offload_test: FAILED: {name} {detail} (seed {SEED})")
@@ -431,6 +579,24 @@ def main():
     for error, want in zip(errors, wanted):
         check(f"placement error: {want}", error is not None and want in error, str(error))
     print(f"torch_offload_test: placement errors: {errors[0]}; {errors[2]}")
+    want = hostile_losses(nvme_dir, offloaded=False)
+    got = hostile_losses(nvme_dir)
+    worst = max(abs(a - b) for a, b in zip(got, want))
+    check("any module: the plain model's losses", worst <= 1e-5, f"differ by {worst}")
+    print(f"torch_offload_test: a parent calling a child, F.linear, an nn.Linear subclass, a "
+          f"transposed matmul and a zero-size parameter: losses within {worst:.1e}")
+    after = hostile_losses(nvme_dir, fail_at=2)
+    worst = max(abs(a - b) for a, b in zip(after, want))
+    check("a forward that raised leaks nothing", worst <= 1e-5, f"differ by {worst}")
+    print(f"torch_offload_test: a forward that raised: the next steps' losses within {worst:.1e}")
+    obeyed, refused, twice = conf_keys(nvme_dir)
+    check("conf: memory_fraction is obeyed", obeyed is not None and "out of memory" in obeyed,
+          str(obeyed))
+    check("conf: a bad allocator value is refused",
+          refused is not None and "memory_fraction" in refused, str(refused))
+    check("offloading a model twice says so",
+          twice is not None and "already offloaded" in twice, str(twice))
+    print(f"torch_offload_test: conf keys obeyed or refused; twice: {twice}")
     error, intact = refused_conf()
     check("a refused offload leaves the model whole",
           error is not None and "no_such_key" in error and intact, str(error))
