@@ -220,10 +220,10 @@ status check_cross_field_rules(const allocator_options& o) {
             "bucket_reduce_dtype: `" + t + "` is not one of `same`, `f32`, `bf16`, `f16`"};
   }
   if (o.offload.host_capacity != 0 && o.offload.host_capacity < o.offload.host_chunk) {
-    return {errc::invalid_argument,
-            "host_capacity " + format_byte_option(o.offload.host_capacity) +
-                " is less than host_chunk " + format_byte_option(o.offload.host_chunk) +
-                ": the host pool could not take one chunk"};
+    return {errc::invalid_argument, "host_capacity " + format_byte_option(o.offload.host_capacity) +
+                                        " is less than host_chunk " +
+                                        format_byte_option(o.offload.host_chunk) +
+                                        ": the host pool could not take one chunk"};
   }
   if (o.trace_buffer * o.trace_frames * sizeof(void*) > max_frame_bytes) {
     return {errc::invalid_argument, "trace_buffer " + std::to_string(o.trace_buffer) +

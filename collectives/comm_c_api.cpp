@@ -98,8 +98,8 @@ strata::status check_buffers(const strata_comm& c, int rank, const extent& e, st
   const std::unique_ptr<strata_allocator, void (*)(strata_allocator*)> hold(c.allocator,
                                                                             end_borrow);
   const std::size_t size = strata::dtype_size(t);
-  for (const auto& [which, ptr, count] : {std::tuple{"send", e.send, e.send_count},
-                                          std::tuple{"recv", e.recv, e.recv_count}}) {
+  for (const auto& [which, ptr, count] :
+       {std::tuple{"send", e.send, e.send_count}, std::tuple{"recv", e.recv, e.recv_count}}) {
     if (ptr == nullptr || count == 0 || count > SIZE_MAX / size) continue;  // submit() decides
     const auto held = a->live_bytes_from(ptr);
     if (!held || *held >= count * size) continue;
@@ -242,8 +242,9 @@ strata_status strata_comm_all_reduce(strata_comm* c, const void* send, void* rec
   if (!o) return fail(o.error());
   return collective(c, type, {"all_reduce", send, count, recv, count},
                     [&](strata::communicator& comm, strata::dtype t) {
-    return comm.all_reduce(send, recv, count, t, *o, strata::stream_handle{stream});
-  });
+                      return comm.all_reduce(send, recv, count, t, *o,
+                                             strata::stream_handle{stream});
+                    });
 }
 
 strata_status strata_comm_reduce_scatter(strata_comm* c, const void* send, void* recv,
@@ -251,20 +252,20 @@ strata_status strata_comm_reduce_scatter(strata_comm* c, const void* send, void*
                                          void* stream) {
   auto o = op_of(op);
   if (!o) return fail(o.error());
-  return collective(c, type,
-                    {"reduce_scatter", send, times_ranks(c, recv_count), recv, recv_count},
+  return collective(c, type, {"reduce_scatter", send, times_ranks(c, recv_count), recv, recv_count},
                     [&](strata::communicator& comm, strata::dtype t) {
-    return comm.reduce_scatter(send, recv, recv_count, t, *o, strata::stream_handle{stream});
-  });
+                      return comm.reduce_scatter(send, recv, recv_count, t, *o,
+                                                 strata::stream_handle{stream});
+                    });
 }
 
 strata_status strata_comm_all_gather(strata_comm* c, const void* send, void* recv,
                                      size_t send_count, strata_dtype type, void* stream) {
-  return collective(c, type,
-                    {"all_gather", send, send_count, recv, times_ranks(c, send_count)},
+  return collective(c, type, {"all_gather", send, send_count, recv, times_ranks(c, send_count)},
                     [&](strata::communicator& comm, strata::dtype t) {
-    return comm.all_gather(send, recv, send_count, t, strata::stream_handle{stream});
-  });
+                      return comm.all_gather(send, recv, send_count, t,
+                                             strata::stream_handle{stream});
+                    });
 }
 
 strata_status strata_comm_broadcast(strata_comm* c, const void* send, void* recv, size_t count,
@@ -273,8 +274,9 @@ strata_status strata_comm_broadcast(strata_comm* c, const void* send, void* recv
   const bool sends = impl != nullptr && impl->rank() == root;
   return collective(c, type, {"broadcast", send, sends ? count : 0, recv, count},
                     [&](strata::communicator& comm, strata::dtype t) {
-    return comm.broadcast(send, recv, count, t, root, strata::stream_handle{stream});
-  });
+                      return comm.broadcast(send, recv, count, t, root,
+                                            strata::stream_handle{stream});
+                    });
 }
 
 strata_status strata_comm_group_start(strata_comm* c) {

@@ -119,10 +119,9 @@ result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
                       " GB/s, not " + std::to_string(options.link_gbps)};
   }
   if (!(options.latency_us >= 0 && options.latency_us <= max_latency_us)) {
-    return status{errc::invalid_argument,
-                  "local communicator: latency_us must be from 0 to " +
-                      std::to_string(max_latency_us) + " us, not " +
-                      std::to_string(options.latency_us)};
+    return status{errc::invalid_argument, "local communicator: latency_us must be from 0 to " +
+                                              std::to_string(max_latency_us) + " us, not " +
+                                              std::to_string(options.latency_us)};
   }
   std::unordered_set<device*> seen;
   std::size_t timing_only = 0;

@@ -193,7 +193,8 @@ status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, s
     // fails: every range is checked against this device's own first.
     std::lock_guard lock(mu_);
     if (!reserved_here(va, bytes)) {
-      return {errc::invalid_argument, "map: the range is not inside one reservation of this device"};
+      return {errc::invalid_argument,
+              "map: the range is not inside one reservation of this device"};
     }
     auto next = mappings_.lower_bound(va);
     const bool overlaps_next = next != mappings_.end() && next->first < va + bytes;

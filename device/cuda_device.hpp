@@ -96,8 +96,8 @@ class cuda_device final : public device {
   std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
   // [va, va+bytes) lies inside one of reservations_ (needs mu_).
   [[nodiscard]] bool reserved_here(std::uintptr_t va, std::size_t bytes) const;
-  std::map<std::uintptr_t, std::size_t> mappings_;      // address -> bytes
-  std::unordered_set<std::uint64_t> page_runs_;         // not yet released
+  std::map<std::uintptr_t, std::size_t> mappings_;  // address -> bytes
+  std::unordered_set<std::uint64_t> page_runs_;     // not yet released
   std::unordered_set<void*> host_buffers_;
   std::unordered_set<void*> registrations_;
   std::unordered_set<void*> modules_;  // unloaded with the device

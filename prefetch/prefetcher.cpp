@@ -117,9 +117,9 @@ status prefetcher::add_sharded(std::uint64_t handle, communicator& comm, stream_
                                         ": its communicator is on another device"};
   }
   if (auto known = comm.dev().wrap_stream(comm_stream.native); !known) {
-    return {errc::invalid_argument, "prefetcher: sharded parameter " + std::to_string(handle) +
-                                        ": comm_stream is not a stream of its device: " +
-                                        known.error().message()};
+    return {errc::invalid_argument,
+            "prefetcher: sharded parameter " + std::to_string(handle) +
+                ": comm_stream is not a stream of its device: " + known.error().message()};
   }
   std::lock_guard walk(walk_mu_);
   return shards_->add(handle, comm, comm_stream, type);

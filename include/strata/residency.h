@@ -79,8 +79,8 @@ STRATA_C_API strata_status strata_residency_register(strata_residency* r, size_t
  * now on; a spilled buffer is filled back (the copy is queued in stream
  * order: the call returns before it is done). The first acquire gives fresh
  * memory with undefined contents. Acquires nest. Errors: INVALID_ARGUMENT
- * (unknown handle, a stream the device does not know), OUT_OF_MEMORY (nothing left to spill), IO (an NVMe read
- * failed or its checksum did not match; the buffer stays where it was). */
+ * (unknown handle, a stream the device does not know), OUT_OF_MEMORY (nothing left to spill), IO
+ * (an NVMe read failed or its checksum did not match; the buffer stays where it was). */
 STRATA_C_API strata_status strata_residency_acquire(strata_residency* r, uint64_t handle,
                                                     void* stream, void** out);
 /* strata_residency_acquire with an access mode (strata_residency_acquire

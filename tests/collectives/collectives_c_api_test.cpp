@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "strata/c_extension.hpp"
@@ -168,7 +168,6 @@ TEST(CollectivesCApi, MistakesAreErrorsWithMessages) {
   EXPECT_EQ(strata_comm_rank(nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
 }
 
-
 // A collective on Strata's buffers touches no byte past their blocks: 100000
 // floats on a 4000-byte allocation would overwrite the next allocation.
 TEST(CollectivesCApi, ACollectiveLargerThanItsStrataBufferIsRefused) {
@@ -189,9 +188,9 @@ TEST(CollectivesCApi, ACollectiveLargerThanItsStrataBufferIsRefused) {
   // A freed block is no buffer at all.
   float* gone = ranks.floats(0, 16);
   ASSERT_EQ(strata_free(ranks.alloc[0], gone), STRATA_OK);
-  EXPECT_EQ(strata_comm_all_reduce(ranks.comm[0], gone, gone, 16, STRATA_F32, STRATA_REDUCE_SUM,
-                                   nullptr),
-            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      strata_comm_all_reduce(ranks.comm[0], gone, gone, 16, STRATA_F32, STRATA_REDUCE_SUM, nullptr),
+      STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(strata_last_error_message()).find("not a live allocation"),
             std::string::npos);
   const auto* bytes = reinterpret_cast<const unsigned char*>(next);

@@ -295,9 +295,8 @@ TEST(ShardedFetch, TheCApiGathersAndKeepsItsCommunicator) {
   // out stale.
   ASSERT_EQ(strata_residency_unregister(res[0], shard[0]), STRATA_OK);
   void* stale = nullptr;
-  EXPECT_EQ(
-      strata_prefetcher_acquire_mode(fetch[0], shard[0], nullptr, STRATA_READ_ONLY, &stale),
-      STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_prefetcher_acquire_mode(fetch[0], shard[0], nullptr, STRATA_READ_ONLY, &stale),
+            STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(stale, nullptr);
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(strata_prefetcher_destroy(fetch[r]), STRATA_OK);

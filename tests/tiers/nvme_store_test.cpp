@@ -225,8 +225,8 @@ TEST(NvmeStore, CapacityIsOutOfMemory) {
 class small_disk : public io_faults {
  public:
   explicit small_disk(std::uint64_t bytes) : bytes_(bytes) {}
-  int complete(io_kind /*kind*/, std::uint64_t /*offset*/, void* /*buffer*/,
-               std::size_t /*length*/, int result) override {
+  int complete(io_kind /*kind*/, std::uint64_t /*offset*/, void* /*buffer*/, std::size_t /*length*/,
+               int result) override {
     return result;
   }
   int reserved(std::uint64_t offset, std::uint64_t length, int result) override {
