@@ -369,22 +369,26 @@ TEST(LocalCommunicator, CreationErrors) {
   // would make the first collective's modeled time undefined.
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const double gbps : {nan, inf, -1.0, 1e-9, 1e30}) {
+  struct bad_value {
+    double local_comm_options::*field;
+    const char* name;
+    double value;
+  };
+  for (const bad_value& b : {bad_value{&local_comm_options::link_gbps, "link_gbps", nan},
+                             bad_value{&local_comm_options::link_gbps, "link_gbps", inf},
+                             bad_value{&local_comm_options::link_gbps, "link_gbps", -1.0},
+                             bad_value{&local_comm_options::link_gbps, "link_gbps", 1e-9},
+                             bad_value{&local_comm_options::link_gbps, "link_gbps", 1e30},
+                             bad_value{&local_comm_options::latency_us, "latency_us", nan},
+                             bad_value{&local_comm_options::latency_us, "latency_us", inf},
+                             bad_value{&local_comm_options::latency_us, "latency_us", -1.0},
+                             bad_value{&local_comm_options::latency_us, "latency_us", 1e30}}) {
     local_comm_options bad;
-    bad.link_gbps = gbps;
+    bad.*b.field = b.value;
     const auto made = create_local_communicators(one, bad);
-    EXPECT_EQ(made.code(), errc::invalid_argument) << gbps;
+    EXPECT_EQ(made.code(), errc::invalid_argument) << b.name << " " << b.value;
     if (!made.ok()) {
-      EXPECT_NE(made.error().message().find("link_gbps"), std::string::npos);
-    }
-  }
-  for (const double us : {nan, inf, -1.0, 1e30}) {
-    local_comm_options bad;
-    bad.latency_us = us;
-    const auto made = create_local_communicators(one, bad);
-    EXPECT_EQ(made.code(), errc::invalid_argument) << us;
-    if (!made.ok()) {
-      EXPECT_NE(made.error().message().find("latency_us"), std::string::npos);
+      EXPECT_NE(made.error().message().find(b.name), std::string::npos) << made.error().message();
     }
   }
   local_comm_options edge;
