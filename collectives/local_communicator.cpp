@@ -48,7 +48,7 @@ class local_communicator final : public communicator {
 
   status queue(const collective_call& call) {
     auto job = std::make_unique<queued_join>(queued_join{group_, next_seq_, rank(), call});
-    const status s =
+    status s =
         dev().timing_only()
             ? dev().launch_timed_host_fn(call.stream, &queued_join::run_timed, job.get())
             : dev().launch_host_fn(call.stream, &queued_join::run, job.get());

@@ -196,7 +196,7 @@ TEST(CollectivesCApi, ACollectiveLargerThanItsStrataBufferIsRefused) {
   const auto* bytes = reinterpret_cast<const unsigned char*>(next);
   for (std::size_t i = 0; i < 1000 * sizeof(float); ++i) ASSERT_EQ(bytes[i], 0x5a) << i;
   // What fits still runs, on both ranks.
-  for (int r = 0; r < 2; ++r) std::fill(small[r], small[r] + 1000, 1.0F);
+  for (float* s : small) std::fill(s, s + 1000, 1.0F);
   std::vector<std::thread> both;
   for (int r = 0; r < 2; ++r) {
     both.emplace_back([&, r] {
