@@ -8,6 +8,18 @@
 #include "plan_command.hpp"
 #include "replay_command.hpp"
 
+namespace {
+
+// A count: CLI11 would read "-1" into an unsigned option as 2^64 - 1.
+const CLI::Validator counts(
+    [](std::string& text) {
+      return text.find('-') != std::string::npos ? "must be a count, not negative: " + text
+                                                 : std::string();
+    },
+    "COUNT");
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   CLI::App app{"strata: a caching GPU memory allocator with offload tiers"};
   app.set_version_flag("--version", STRATA_VERSION);
@@ -60,17 +72,21 @@ int main(int argc, char** argv) try {
       "Will a training job fit: run its step's allocations through Strata on simulated GPUs of "
       "your size and estimate the step (docs/plan.md)");
   plan->add_option("--model", po.model, "A preset: llama2-7b, qwen2.5-7b, chatglm3-6b, gpt2, ...");
-  plan->add_option("--layers", po.shape.layers, "Custom shape: transformer layers");
-  plan->add_option("--hidden", po.shape.hidden, "Custom shape: hidden size");
-  plan->add_option("--heads", po.shape.heads, "Custom shape: attention heads");
-  plan->add_option("--kv-heads", po.shape.kv_heads, "Custom shape: K/V heads (default: --heads)");
-  plan->add_option("--ffn", po.shape.ffn, "Custom shape: FFN size (default: 4 x hidden)");
-  plan->add_option("--vocab", po.shape.vocab, "Custom shape: vocabulary");
+  plan->add_option("--layers", po.shape.layers, "Custom shape: transformer layers")->check(counts);
+  plan->add_option("--hidden", po.shape.hidden, "Custom shape: hidden size")->check(counts);
+  plan->add_option("--heads", po.shape.heads, "Custom shape: attention heads")->check(counts);
+  plan->add_option("--kv-heads", po.shape.kv_heads, "Custom shape: K/V heads (default: --heads)")
+      ->check(counts);
+  plan->add_option("--ffn", po.shape.ffn, "Custom shape: FFN size (default: 4 x hidden)")
+      ->check(counts);
+  plan->add_option("--vocab", po.shape.vocab, "Custom shape: vocabulary")->check(counts);
   plan->add_flag("--tied", po.shape.tied_embeddings, "Custom shape: the LM head is the embedding");
   plan->add_flag("--gated", po.gated_ffn,
                  "Custom shape: a SwiGLU FFN (gate, up, down) instead of GPT-2's two matrices");
-  plan->add_option("--gpus", po.setup.gpus, "GPUs in all")->capture_default_str();
-  plan->add_option("--nodes", po.setup.nodes, "Nodes (dividing --gpus)")->capture_default_str();
+  plan->add_option("--gpus", po.setup.gpus, "GPUs in all")->capture_default_str()->check(counts);
+  plan->add_option("--nodes", po.setup.nodes, "Nodes (dividing --gpus)")
+      ->capture_default_str()
+      ->check(counts);
   plan->add_option("--gpu-memory", po.gpu_memory, "Each GPU's memory")->capture_default_str();
   plan->add_option("--context-memory", po.context_memory,
                    "Taken by the CUDA context and workspaces before the first tensor")
@@ -79,13 +95,19 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   plan->add_flag("--hybrid-shard", po.setup.hybrid_shard,
                  "FSDP hybrid shard: ZeRO-3 within a node, replicated across nodes");
-  plan->add_option("--batch", po.setup.micro_batch, "Micro-batch per GPU")->capture_default_str();
-  plan->add_option("--seq", po.setup.seq, "Sequence length in tokens")->capture_default_str();
+  plan->add_option("--batch", po.setup.micro_batch, "Micro-batch per GPU")
+      ->capture_default_str()
+      ->check(counts);
+  plan->add_option("--seq", po.setup.seq, "Sequence length in tokens")
+      ->capture_default_str()
+      ->check(counts);
   plan->add_option("--grad-accum", po.setup.grad_accum, "Gradient accumulation steps")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(counts);
   plan->add_option("--dtype", po.dtype, "bf16 (mixed, fp32 master) or fp32")->capture_default_str();
   plan->add_option("--lora", po.setup.lora_rank, "LoRA rank (0: full fine-tuning)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(counts);
   plan->add_flag("--lora-mlp", po.setup.lora_mlp, "LoRA on the MLP too (default: attention)");
   plan->add_flag("--checkpointing", po.setup.checkpointing, "Activation checkpointing per layer");
   plan->add_flag("--eager-attention", po.eager_attention,

@@ -29,6 +29,17 @@ result<plan::offload_to> offload_of(const char* flag, const std::string& v) {
 result<plan::plan_setup> setup_of(const plan_command_options& o) {
   plan::plan_setup s = o.setup;
   if (!o.model.empty()) {
+    // A preset's shape is the preset's: a shape flag given with it would
+    // be silently ignored.
+    const plan::model_shape& g = o.shape;
+    if (g.layers != 0 || g.hidden != 0 || g.heads != 0 || g.kv_heads != 0 || g.ffn != 0 ||
+        g.vocab != 0 || g.tied_embeddings || o.gated_ffn) {
+      return status{errc::invalid_argument,
+                    "--model " + o.model +
+                        " has its own shape: give either --model or the shape flags (--layers, "
+                        "--hidden, --heads, --kv-heads, --ffn, --vocab, --tied, --gated), not "
+                        "both"};
+    }
     auto m = plan::find_model(o.model);
     if (!m) return m.error();
     s.model = *m;
@@ -63,6 +74,13 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
   if (!params) return params.error();
   s.params = *params;
   s.flash_attention = !o.eager_attention;
+  if (s.lora_mlp && s.lora_rank == 0) {
+    return status{errc::invalid_argument, "--lora-mlp needs --lora (a LoRA rank)"};
+  }
+  if (o.json_out == "-" && o.html_out == "-") {
+    return status{errc::invalid_argument,
+                  "--json - and --html - would both write to stdout: give one of them a file"};
+  }
   if (auto c = plan::check_setup(s); !c) return c;
   return s;
 }

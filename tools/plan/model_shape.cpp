@@ -90,12 +90,21 @@ status check_shape(const model_shape& m) {
   const auto bad = [&](const std::string& why) {
     return status{errc::invalid_argument, "model " + m.name + ": " + why};
   };
-  if (m.layers == 0) return bad("layers must be at least 1");
-  if (m.hidden == 0) return bad("hidden must be at least 1");
-  if (m.heads == 0 || m.hidden % m.heads != 0) return bad("heads must divide hidden");
-  if (m.kv_heads == 0 || m.heads % m.kv_heads != 0) return bad("kv_heads must divide heads");
-  if (m.ffn == 0) return bad("ffn must be at least 1");
-  if (m.vocab == 0) return bad("vocab must be at least 1");
+  // Bounds past every model trained today, small enough that no product
+  // of them overflows and a plan's run stays short.
+  const auto range = [&](const char* what, std::uint64_t v, std::uint64_t most) -> status {
+    if (v >= 1 && v <= most) return {};
+    return bad(std::string(what) + " must be from 1 to " + std::to_string(most) + ", not " +
+               std::to_string(v));
+  };
+  if (auto s = range("layers (--layers)", m.layers, max_layers); !s) return s;
+  if (auto s = range("hidden (--hidden)", m.hidden, max_hidden); !s) return s;
+  if (m.heads == 0 || m.hidden % m.heads != 0) return bad("heads (--heads) must divide hidden");
+  if (m.kv_heads == 0 || m.heads % m.kv_heads != 0) {
+    return bad("kv_heads (--kv-heads) must divide heads");
+  }
+  if (auto s = range("ffn (--ffn)", m.ffn, max_ffn); !s) return s;
+  if (auto s = range("vocab (--vocab)", m.vocab, max_vocab); !s) return s;
   return {};
 }
 

@@ -41,8 +41,15 @@ std::span<const model_shape> model_presets();
 /// The preset named `name` (case-insensitive). Errors: invalid_argument
 /// listing the presets.
 result<model_shape> find_model(std::string_view name);
-/// invalid_argument naming the first field that is zero or inconsistent
-/// (heads not dividing hidden, kv_heads not dividing heads).
+/// The largest shapes a plan takes: past every model trained today, small
+/// enough that no product of them overflows and a plan's run stays short.
+inline constexpr std::uint64_t max_layers = 512;
+inline constexpr std::uint64_t max_hidden = 65536;
+inline constexpr std::uint64_t max_ffn = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t max_vocab = std::uint64_t{1} << 22;
+/// invalid_argument naming the first field (and its flag) that is zero,
+/// above its bound or inconsistent (heads not dividing hidden, kv_heads not
+/// dividing heads).
 status check_shape(const model_shape& m);
 
 [[nodiscard]] std::uint64_t head_dim(const model_shape& m);

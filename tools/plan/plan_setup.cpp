@@ -1,20 +1,54 @@
 #include "plan/plan_setup.hpp"
 
+#include <array>
+#include <cstdio>
+#include <utility>
+
 #include "strata/option_table.hpp"
 
 namespace strata::plan {
 
+namespace {
+
+// A rate as the user would write it (%g: 0.001, 1e+06, nan).
+std::string format_rate(double v) {
+  std::array<char, 32> text{};
+  std::snprintf(text.data(), text.size(), "%g", v);
+  return text.data();
+}
+
+}  // namespace
+
 status check_setup(const plan_setup& s) {
   const auto bad = [](const std::string& why) { return status{errc::invalid_argument, why}; };
   if (auto c = check_shape(s.model); !c) return c;
-  if (s.gpus == 0) return bad("--gpus must be at least 1");
+  const auto range = [&](const char* flag, std::uint64_t v, std::uint64_t most) -> status {
+    if (v >= 1 && v <= most) return {};
+    return bad(std::string(flag) + " must be from 1 to " + std::to_string(most) + ", not " +
+               std::to_string(v));
+  };
+  if (auto r = range("--gpus", s.gpus, max_gpus); !r) return r;
   if (s.nodes == 0 || s.gpus % s.nodes != 0) {
     return bad("--nodes must divide --gpus (" + std::to_string(s.gpus) + " GPUs on " +
                std::to_string(s.nodes) + " nodes)");
   }
-  if (s.micro_batch == 0) return bad("--batch must be at least 1");
-  if (s.seq == 0) return bad("--seq must be at least 1");
-  if (s.grad_accum == 0) return bad("--grad-accum must be at least 1");
+  if (auto r = range("--batch", s.micro_batch, max_micro_batch); !r) return r;
+  if (auto r = range("--seq", s.seq, max_seq); !r) return r;
+  if (auto r = range("--grad-accum", s.grad_accum, max_grad_accum); !r) return r;
+  if (s.gpu_memory > max_gpu_memory) {
+    return bad("--gpu-memory " + format_bytes(s.gpu_memory) + " is more than " +
+               format_bytes(max_gpu_memory));
+  }
+  for (const auto& [flag, v] :
+       {std::pair{"--tflops", s.rates.tflops}, std::pair{"--nvlink-gbps", s.rates.nvlink_gbps},
+        std::pair{"--network-gbps", s.rates.network_gbps},
+        std::pair{"--pcie-gbps", s.rates.pcie_gbps}, std::pair{"--nvme-gbps", s.rates.nvme_gbps}}) {
+    // Written to pass only a number in range: NaN fails it too.
+    if (!(v >= min_rate && v <= max_rate)) {
+      return bad(std::string(flag) + " must be from " + format_rate(min_rate) + " to " +
+                 format_rate(max_rate) + ", not " + format_rate(v));
+    }
+  }
   if (s.zero < 0 || s.zero > 3) return bad("--zero must be 0 (DDP), 1, 2 or 3");
   if (s.hybrid_shard && s.zero != 3) return bad("--hybrid-shard needs --zero 3 (FSDP)");
   if (s.params != offload_to::none && s.zero != 3) {

@@ -56,10 +56,23 @@ struct plan_setup {
   hardware_rates rates{};
 };
 
-/// invalid_argument naming what is wrong: no GPUs, nodes not dividing the
-/// GPUs, a zero batch or sequence, a bad ZeRO stage, parameter offload
-/// without ZeRO-3, optimizer offload without ZeRO, memory smaller than the
-/// context or than one layer's parameters, a bad shape.
+/// The bounds of a setup: up to 4096 GPUs of up to 1 TiB; batches,
+/// sequences and accumulation far past any run, small enough that no
+/// product of them overflows; rates (TFLOP/s, GB/s) positive and finite.
+inline constexpr std::uint64_t max_gpus = 4096;
+inline constexpr std::uint64_t max_gpu_memory = std::uint64_t{1} << 40;
+inline constexpr std::uint64_t max_micro_batch = 65536;
+inline constexpr std::uint64_t max_seq = std::uint64_t{1} << 20;
+inline constexpr std::uint64_t max_grad_accum = 65536;
+inline constexpr double min_rate = 1e-3;
+inline constexpr double max_rate = 1e6;
+
+/// invalid_argument naming what is wrong, in the command's flags: a count
+/// out of its range (GPUs, batch, sequence, accumulation), nodes not
+/// dividing the GPUs, a bad ZeRO stage, parameter offload without ZeRO-3,
+/// optimizer offload without ZeRO, memory above 1 TiB or smaller than the
+/// context or than one layer's parameters, a rate that is not positive and
+/// finite, a bad shape.
 status check_setup(const plan_setup& s);
 
 /// GPUs a parameter is sharded over: all of them, or a node's with hybrid
