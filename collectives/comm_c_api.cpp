@@ -16,6 +16,7 @@
 struct strata_comm {
   std::atomic<strata::communicator*> impl{nullptr};
   strata_allocator* allocator = nullptr;  // borrowed until this communicator is destroyed
+  strata::allocator* owner = nullptr;     // the allocator behind it, alive as long
   std::atomic<unsigned> users{0};         // buckets and prefetchers over it
 };
 
@@ -59,6 +60,10 @@ strata::result<strata::reduce_op> op_of(const strata_reduce_op& op) {
 strata_comm* wrap(std::unique_ptr<strata::communicator> c, strata_allocator* allocator) {
   auto* handle = strata::c_api::new_slot<strata_comm>();
   handle->allocator = allocator;
+  // The caller's borrow keeps it alive until strata_comm_destroy: look the
+  // allocator up once (a borrow ended at once changes no count).
+  handle->owner = strata::c_api::borrow(allocator);
+  if (handle->owner != nullptr) strata::c_api::give_back(allocator);
   handle->impl.store(c.release(), std::memory_order_release);
   return handle;
 }
@@ -92,11 +97,8 @@ struct extent {
 // call touches: a collective past a block's end would overwrite the next
 // allocation. Buffers from elsewhere are the caller's to size.
 strata::status check_buffers(const strata_comm& c, int rank, const extent& e, strata::dtype t) {
-  strata::allocator* a = strata::c_api::borrow(c.allocator);
+  strata::allocator* a = c.owner;
   if (a == nullptr) return {};
-  void (*end_borrow)(strata_allocator*) = &strata::c_api::give_back;
-  const std::unique_ptr<strata_allocator, void (*)(strata_allocator*)> hold(c.allocator,
-                                                                            end_borrow);
   const std::size_t size = strata::dtype_size(t);
   for (const auto& [which, ptr, count] :
        {std::tuple{"send", e.send, e.send_count}, std::tuple{"recv", e.recv, e.recv_count}}) {

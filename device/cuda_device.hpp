@@ -89,15 +89,15 @@ class cuda_device final : public device {
   // Unmaps every recorded mapping inside [va, va+bytes), one driver call
   // each. Needs the primary context current.
   status unmap_recorded(std::uintptr_t va, std::size_t bytes);
+  // [va, va+bytes) lies inside one of reservations_ (needs mu_).
+  [[nodiscard]] bool reserved_here(std::uintptr_t va, std::size_t bytes) const;
 
   std::mutex mu_;  // guards everything below
   std::unordered_set<void*> owned_streams_;
   std::unordered_set<void*> events_;
   std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
-  // [va, va+bytes) lies inside one of reservations_ (needs mu_).
-  [[nodiscard]] bool reserved_here(std::uintptr_t va, std::size_t bytes) const;
-  std::map<std::uintptr_t, std::size_t> mappings_;  // address -> bytes
-  std::unordered_set<std::uint64_t> page_runs_;     // not yet released
+  std::map<std::uintptr_t, std::size_t> mappings_;      // address -> bytes
+  std::unordered_set<std::uint64_t> page_runs_;         // not yet released
   std::unordered_set<void*> host_buffers_;
   std::unordered_set<void*> registrations_;
   std::unordered_set<void*> modules_;  // unloaded with the device

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cassert>
 #include <iterator>
+#include <new>
 
 namespace strata {
 
@@ -38,11 +39,6 @@ std::uint64_t pinned_run_heap::metadata_bytes() const noexcept {
   return bytes;
 }
 
-std::uintptr_t pinned_run_heap::chunk_end(std::uintptr_t addr) const {
-  auto c = std::prev(chunks_.upper_bound(addr));
-  return c->first + c->second;
-}
-
 std::uintptr_t pinned_run_heap::carve(std::size_t bytes, std::uint64_t room) {
   const auto aligned = [](std::uintptr_t a) {
     return (a + run_alignment - 1) & ~(run_alignment - 1);
@@ -57,9 +53,15 @@ std::uintptr_t pinned_run_heap::carve(std::size_t bytes, std::uint64_t room) {
     auto chunk = dev_.host_alloc(want);
     if (!chunk) return 0;
     const auto base = reinterpret_cast<std::uintptr_t>(*chunk);
-    chunks_.emplace(base, want);
+    try {
+      chunks_.emplace(base, want);
+      it = space_.emplace(base, want).first;
+    } catch (const std::bad_alloc&) {  // the chunk goes back, not lost
+      chunks_.erase(base);
+      (void)dev_.host_free(*chunk);
+      throw;
+    }
     chunk_bytes_held_ += want;
-    it = space_.emplace(base, want).first;
   }
   const std::uintptr_t from = it->first;
   const std::uintptr_t to = from + it->second;
@@ -71,8 +73,8 @@ std::uintptr_t pinned_run_heap::carve(std::size_t bytes, std::uint64_t room) {
 }
 
 void pinned_run_heap::uncarve(std::uintptr_t addr, std::size_t bytes) {
-  const std::uintptr_t end = chunk_end(addr);
-  const std::uintptr_t chunk = std::prev(chunks_.upper_bound(addr))->first;
+  const auto chunk = std::prev(chunks_.upper_bound(addr));
+  const std::uintptr_t end = chunk->first + chunk->second;
   auto next = space_.lower_bound(addr);
   std::uintptr_t from = addr;
   std::size_t size = bytes;
@@ -83,7 +85,7 @@ void pinned_run_heap::uncarve(std::uintptr_t addr, std::size_t bytes) {
   }
   if (next != space_.begin()) {
     auto prev = std::prev(next);
-    if (prev->first >= chunk && prev->first + prev->second == addr) {
+    if (prev->first >= chunk->first && prev->first + prev->second == addr) {
       from = prev->first;
       size += prev->second;
       space_.erase(prev);
@@ -111,16 +113,22 @@ void pinned_run_heap::unlink(run& r) {
 pinned_run_heap::run* pinned_run_heap::new_run(std::uint32_t cls, std::uint64_t room) {
   const std::size_t object = size_of_class(cls);
   const auto capacity = static_cast<std::uint32_t>(std::max<std::size_t>(1, run_target / object));
-  const std::uintptr_t base = carve(object * capacity, room);
-  if (base == 0) return nullptr;
+  // Everything that may throw before the space is carved, or the carve is
+  // undone: no chunk space is lost to a failed run.
   auto r = std::make_unique<run>();
-  r->base = base;
   r->object = object;
   r->cls = cls;
   r->capacity = capacity;
   r->handed.assign((capacity + 63) / 64, 0);
+  r->base = carve(object * capacity, room);
+  if (r->base == 0) return nullptr;
   run* made = r.get();
-  runs_.emplace(base, std::move(r));
+  try {
+    runs_.emplace(made->base, std::move(r));
+  } catch (const std::bad_alloc&) {
+    uncarve(made->base, made->bytes());
+    throw;
+  }
   link(*made);
   ++empty_[cls];
   return made;

@@ -52,6 +52,8 @@ class pinned_run_heap {
   /// A buffer of 1 .. max_bytes bytes; a new chunk only if it adds at most
   /// `room` pinned bytes. Null when nothing fits in `room` or the device has
   /// no more pinned memory. The buffer's usable size is class_size(bytes).
+  /// Throws std::bad_alloc when the ordinary heap (the runs' descriptions)
+  /// is out; nothing pinned is then lost.
   void* allocate(std::size_t bytes, std::uint64_t room);
   /// The class size of live buffer `p`, 0 if `p` is not a live buffer of
   /// this heap (not in a run, not at an object's start, or freed).
@@ -95,7 +97,6 @@ class pinned_run_heap {
   std::uintptr_t carve(std::size_t bytes, std::uint64_t room);
   // Gives [addr, addr+bytes) back to the free space of its chunk.
   void uncarve(std::uintptr_t addr, std::size_t bytes);
-  [[nodiscard]] std::uintptr_t chunk_end(std::uintptr_t addr) const;
 
   device& dev_;
   std::size_t chunk_bytes_;
