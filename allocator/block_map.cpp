@@ -79,6 +79,32 @@ block_map::iterator block_map::allocate(iterator it, std::size_t bytes, std::siz
   return it;
 }
 
+block_map::iterator block_map::free_block_holding(std::uintptr_t addr, std::size_t bytes) {
+  if (addr < base_ || addr - base_ >= size_ || bytes > size_ - (addr - base_)) return end();
+  auto it = find_containing(addr);
+  const block_info& b = it->second;
+  if (b.state != block_state::free || addr + bytes > it->first + b.size) return end();
+  return it;
+}
+
+block_map::iterator block_map::allocate_at(iterator it, std::uintptr_t addr, std::size_t bytes,
+                                           std::size_t requested) {
+  assert(it->second.state == block_state::free && it->first <= addr &&
+         addr + bytes <= it->first + it->second.size);
+  if (addr > it->first) {
+    erase_free(it);
+    block_info& head = it->second;
+    auto rest = blocks_.emplace_hint(
+        std::next(it), addr,
+        block_info{it->first + head.size - addr, 0, block_state::free, head.mapped, nullptr});
+    head.size = addr - it->first;
+    insert_free(it);
+    insert_free(rest);
+    it = rest;
+  }
+  return allocate(it, bytes, requested);
+}
+
 void block_map::fence(iterator it) {
   it->second.fence = true;
   fences_.insert(it->first);

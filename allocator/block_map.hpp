@@ -78,6 +78,12 @@ class block_map {
   /// Carves `bytes` from the start of free block `it`, marks it allocated
   /// with `requested` and returns it; the remainder stays free.
   iterator allocate(iterator it, std::size_t bytes, std::size_t requested);
+  /// The free block holding all of [addr, addr+bytes), or end().
+  iterator free_block_holding(std::uintptr_t addr, std::size_t bytes);
+  /// Carves [addr, addr+bytes) from free block `it`, which holds it, marks
+  /// it allocated with `requested` and returns it; what is left on either
+  /// side stays free.
+  iterator allocate_at(iterator it, std::uintptr_t addr, std::size_t bytes, std::size_t requested);
 
   /// The allocated or pending block starting at `addr`, or end().
   iterator find_in_use(std::uintptr_t addr);

@@ -109,8 +109,10 @@ attempt<void*> caching_allocator::allocate_small(stream_state& st, std::size_t b
 
 attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
   const std::size_t size = size_classes::round(bytes);
-  auto it = place(st, *st.large, size, bytes);
+  const std::size_t counterpart = st.replay.counterpart(size);
+  auto it = place(st, *st.large, size, bytes, counterpart);
   if (!it) return it;
+  st.replay.record(size, (*it)->first, counterpart);
   const stat_pool pool = bytes <= options_.small_size ? pool_small : pool_large;
   stats_.allocation.add(pool, 1);
   stats_.active.add(pool, 1);
@@ -146,9 +148,14 @@ block_map::iterator caching_allocator::take(stream_arena& arena, block_map::iter
 }
 
 attempt<block_map::iterator> caching_allocator::place(stream_state& st, stream_arena& arena,
-                                                      std::size_t size, std::size_t requested) {
+                                                      std::size_t size, std::size_t requested,
+                                                      std::size_t counterpart) {
   bool may_grow = !options_.wait_before_grow;
   pages_.settle();
+  // Where the earlier steps' layout says (step_placement.cpp).
+  if (counterpart != step_replay::none) {
+    if (auto it = place_by_step(st, arena, size, requested, counterpart)) return *it;
+  }
   for (int round = 0; round < 16; ++round) {
     auto it = arena.blocks().first_fit(size);
     if (it == arena.blocks().end()) {

@@ -248,9 +248,20 @@ class caching_allocator {
   attempt<void*> allocate_large(stream_state& st, std::size_t bytes);
   attempt<slab*> new_slab(stream_state& st, std::uint32_t cls);
   // Carves `size` bytes for `requested` from `arena` and backs them with
-  // pages, walking the shortage chain when pages are short.
+  // pages, walking the shortage chain when pages are short. A request
+  // repeating `counterpart` (step_replay) goes where the earlier steps'
+  // layout says first (step_placement.cpp).
   attempt<block_map::iterator> place(stream_state& st, stream_arena& arena, std::size_t size,
-                                     std::size_t requested);
+                                     std::size_t requested,
+                                     std::size_t counterpart = step_replay::none);
+  // step_placement.cpp: the request, repeating `counterpart`, allocated
+  // where it was in an earlier step if that range is free and mapped;
+  // nullopt otherwise (first fit decides then).
+  std::optional<block_map::iterator> place_by_step(stream_state& st, stream_arena& arena,
+                                                   std::size_t size, std::size_t requested,
+                                                   std::size_t counterpart);
+  // True when every page under [addr, addr+size) of `arena` is mapped.
+  static bool fully_mapped(stream_arena& arena, std::uintptr_t addr, std::size_t size);
   // Marks free block `it` of `arena` allocated with `size` bytes for
   // `requested` and its pages live.
   block_map::iterator take(stream_arena& arena, block_map::iterator it, std::size_t size,

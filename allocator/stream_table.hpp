@@ -20,6 +20,7 @@
 #include "event_pool.hpp"
 #include "size_classes.hpp"
 #include "slab.hpp"
+#include "step_replay.hpp"
 #include "strata/device.hpp"
 #include "stream_arena.hpp"
 
@@ -33,6 +34,7 @@ struct stream_state {
   stream_handle stream;
   std::unique_ptr<stream_arena> small;
   std::unique_ptr<stream_arena> large;
+  step_replay replay;  // the large arena's placements, to repeat next step
 
   // Every slab of the small arena, newest first: they are deleted from
   // here, and full ones are reachable from nowhere else in host memory.
