@@ -35,7 +35,7 @@ struct queued_join {
 class local_communicator final : public communicator {
  public:
   local_communicator(device& dev, int rank, std::shared_ptr<local_group> group)
-      : communicator(dev, rank, group->ranks()), group_(std::move(group)) {}
+      : communicator(dev, rank, group->modeled_ranks()), group_(std::move(group)) {}
 
  private:
   status do_collective(const collective_call& call) override {
@@ -48,10 +48,9 @@ class local_communicator final : public communicator {
 
   status queue(const collective_call& call) {
     auto job = std::make_unique<queued_join>(queued_join{group_, next_seq_, rank(), call});
-    status s =
-        dev().timing_only()
-            ? dev().launch_timed_host_fn(call.stream, &queued_join::run_timed, job.get())
-            : dev().launch_host_fn(call.stream, &queued_join::run, job.get());
+    status s = dev().timing_only()
+                   ? dev().launch_timed_host_fn(call.stream, &queued_join::run_timed, job.get())
+                   : dev().launch_host_fn(call.stream, &queued_join::run, job.get());
     if (!s) {
       do_call_failed(call, s);
       return s;
@@ -140,6 +139,20 @@ result<std::vector<std::unique_ptr<communicator>>> create_local_communicators(
   if (timing_only != 0 && timing_only != devices.size()) {
     return status{errc::invalid_argument,
                   "local communicator: either every device is timing-only (data=none) or none"};
+  }
+  if (options.modeled_ranks != 0) {
+    if (timing_only == 0) {
+      return status{errc::invalid_argument,
+                    "local communicator: modeled_ranks needs timing-only devices (data=none): "
+                    "the ranks it adds have no memory to move bytes to"};
+    }
+    if (options.modeled_ranks < devices.size() || options.modeled_ranks > max_modeled_ranks) {
+      return status{errc::invalid_argument,
+                    "local communicator: modeled_ranks must be from the device count (" +
+                        std::to_string(devices.size()) + ") to " +
+                        std::to_string(max_modeled_ranks) + ", not " +
+                        std::to_string(options.modeled_ranks)};
+    }
   }
   auto pool = kernel_pool::create(1);
   if (!pool) return pool.error();

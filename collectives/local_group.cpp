@@ -9,7 +9,11 @@ namespace strata {
 
 local_group::local_group(int ranks, const local_comm_options& options,
                          std::unique_ptr<kernel_pool> pool, bool move_data)
-    : ranks_(ranks), options_(options), pool_(std::move(pool)), move_data_(move_data) {}
+    : ranks_(ranks),
+      modeled_(options.modeled_ranks != 0 ? static_cast<int>(options.modeled_ranks) : ranks),
+      options_(options),
+      pool_(std::move(pool)),
+      move_data_(move_data) {}
 
 status local_group::failed() const {
   std::lock_guard lock(mu_);
@@ -51,7 +55,7 @@ std::string local_group::mismatch(std::uint64_t seq, const slot& s) const {
 }
 
 double local_group::modeled_seconds(const collective_call& call) const {
-  const double n = ranks_;
+  const double n = modeled_;
   const auto bytes = static_cast<double>(call.count * dtype_size(call.type));
   double moved = 0;  // bytes each rank sends over its link
   switch (call.kind) {

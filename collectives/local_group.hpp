@@ -39,7 +39,11 @@ class local_group {
   local_group(int ranks, const local_comm_options& options, std::unique_ptr<kernel_pool> pool,
               bool move_data);
 
+  /// The ranks that join each collective (one per device).
   [[nodiscard]] int ranks() const noexcept { return ranks_; }
+  /// The ranks the group stands for (local_comm_options::modeled_ranks):
+  /// the communicators' size and the ring of the modeled time.
+  [[nodiscard]] int modeled_ranks() const noexcept { return modeled_; }
 
   /// Rank `rank` arrives at collective `seq` with `call`, its stream at
   /// modeled time `start`; returns once the collective has run on every
@@ -72,6 +76,7 @@ class local_group {
   [[nodiscard]] double modeled_seconds(const collective_call& call) const;
 
   const int ranks_;
+  const int modeled_;
   const local_comm_options options_;
   std::unique_ptr<kernel_pool> pool_;  // the casts of bf16/fp16 reductions
   const bool move_data_;

@@ -165,7 +165,18 @@ struct local_comm_options {
   double link_gbps = 0;
   /// Modeled latency per collective, in microseconds: 0 to max_latency_us.
   double latency_us = 0;
+  /// Timing-only devices only: the group stands for this many ranks, of
+  /// which the devices given are ranks 0 .. devices - 1. Every
+  /// communicator's size() is this count, collectives' buffers are sized
+  /// for it and their modeled time is that of a ring of this many; the
+  /// ranks not given are taken to do what the given ones do (a data-parallel
+  /// job's ranks are alike, so a few model thousands). 0: as many as the
+  /// devices. Otherwise the device count to max_modeled_ranks.
+  std::size_t modeled_ranks = 0;
 };
+
+/// The most ranks a local group may stand for (local_comm_options::modeled_ranks).
+inline constexpr std::size_t max_modeled_ranks = std::size_t{1} << 20;
 
 /// The range of local_comm_options::link_gbps (besides 0): 1 MB/s to 1 PB/s.
 inline constexpr double min_link_gbps = 1e-3;

@@ -439,5 +439,59 @@ TEST(LocalCommunicator, TimingOnlyDevicesMoveNothingAndTakeTheirTime) {
   EXPECT_EQ(create_local_communicators(mixed).code(), errc::invalid_argument);
 }
 
+// A timing-only group may stand for more ranks than it has devices
+// (modeled_ranks): size() says the modeled count, buffers are sized for it,
+// and a collective takes the modeled ring's time, as on a group that has
+// every device.
+TEST(LocalCommunicator, AFewTimingOnlyRanksStandForMany) {
+  const char* spec = "sim:capacity=256MiB,data=none,driver_costs=none,tflops=1";
+  local_comm_options o;
+  o.link_gbps = 1;
+  o.latency_us = 10;
+  o.modeled_ranks = 4;
+  rank_set few(2, o, spec);
+  local_comm_options full = o;
+  full.modeled_ranks = 0;
+  rank_set every(4, full, spec);
+  EXPECT_EQ(few.comm(0).size(), 4);
+  EXPECT_EQ(few.comm(1).size(), 4);
+  const std::size_t n = 1 << 16;
+  const auto time_of = [&](rank_set& ranks, int count) {
+    for (int r = 0; r < count; ++r) {
+      float* send = ranks.alloc<float>(r, n);
+      float* gathered = ranks.alloc<float>(r, n * 4);  // a shard from each of 4 ranks
+      EXPECT_TRUE(ranks.comm(r)
+                      .all_reduce(send, send, n, dtype::f32, reduce_op::sum, ranks.stream(r))
+                      .ok());
+      EXPECT_TRUE(ranks.comm(r).all_gather(send, gathered, n, dtype::f32, ranks.stream(r)).ok());
+    }
+    ranks.sync_all();
+    auto clock = ranks.dev(0).modeled_clock();
+    EXPECT_TRUE(clock.ok());
+    return clock.ok() ? *clock : -1.0;
+  };
+  const double expected = (2.0 * 3 / 4 * n * 4 + 3.0 * n * 4) / 1e9 + 2 * 10e-6;
+  EXPECT_NEAR(time_of(few, 2), expected, 1e-12);
+  EXPECT_NEAR(time_of(every, 4), expected, 1e-12);
+  EXPECT_TRUE(few.comm(0).async_error().ok());
+
+  // Fewer modeled ranks than devices, too many, or devices with data: refused.
+  std::vector<device*> devices{&few.dev(0), &few.dev(1)};
+  local_comm_options bad = o;
+  bad.modeled_ranks = 1;
+  EXPECT_EQ(create_local_communicators(devices, bad).code(), errc::invalid_argument);
+  bad.modeled_ranks = max_modeled_ranks + 1;
+  EXPECT_EQ(create_local_communicators(devices, bad).code(), errc::invalid_argument);
+  allocator_options ao;
+  ao.device = "sim:capacity=64MiB";
+  allocator with_data(ao);
+  device* data[] = {&with_data.dev()};
+  bad.modeled_ranks = 4;
+  auto refused = create_local_communicators(data, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("timing-only"), std::string::npos)
+      << refused.error().message();
+}
+
 }  // namespace
 }  // namespace strata

@@ -42,7 +42,13 @@ std::vector<change> changes(const plan_setup& base) {
                    s.checkpointing = true;
                    return true;
                  }});
-  for (std::uint64_t b = base.micro_batch / 2; b >= 1; b /= 2) {
+  // Smaller micro-batches that keep the global batch: the largest few
+  // proper divisors, with the accumulation steps that make up the rest.
+  std::vector<std::uint64_t> smaller;
+  for (std::uint64_t b = base.micro_batch / 2; b >= 1 && smaller.size() < 4; --b) {
+    if (base.micro_batch % b == 0) smaller.push_back(b);
+  }
+  for (const std::uint64_t b : smaller) {
     all.push_back({nullptr, [b, base](plan_setup& s) {
                      if (s.micro_batch != base.micro_batch) return false;  // one batch change
                      s.grad_accum = s.grad_accum * (base.micro_batch / b);

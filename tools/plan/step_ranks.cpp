@@ -340,7 +340,7 @@ std::uint64_t parameter_bytes(const plan_setup& s, const step_shape& z, std::uin
 }  // namespace
 
 result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
-                                std::uint64_t parameter_room) {
+                                std::uint64_t parameter_room, std::size_t simulated) {
   const step_shape z = shape_of(s, parts);
   constexpr std::uint64_t granularity = 2ULL << 20;
   const std::uint64_t buffer = round_up(buffer_bytes(z), granularity);
@@ -363,7 +363,15 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   // setting the plan prints), so the room the step leaves bounds how far
   // gathers run ahead of the compute.
   o.wait_before_grow = false;
-  const auto gpus = static_cast<std::size_t>(s.gpus);
+  // The job's ranks are alike: past `simulated`, a few stand for all.
+  // The groups they belong to are modeled at their full size
+  // (local_comm_options::modeled_ranks), so each collective takes the
+  // time of the whole job's ring.
+  const bool hybrid = s.zero == 3 && s.hybrid_shard && s.nodes > 1;
+  const std::size_t group = z.ranks;  // ranks per shard (or gradient) group
+  const auto all = static_cast<std::size_t>(s.gpus);
+  const std::size_t most = std::max<std::size_t>(simulated, 1);
+  const std::size_t gpus = all <= most ? all : std::min(std::max<std::size_t>(group, 1), most);
   std::vector<std::unique_ptr<allocator>> allocs;
   std::vector<void*> buffers;
   try {
@@ -377,22 +385,22 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
 
   // The groups: every GPU, or (hybrid shard) each node's GPUs, whose
   // replicas across nodes form groups of their own.
-  const bool hybrid = s.zero == 3 && s.hybrid_shard && s.nodes > 1;
-  const std::size_t group = z.ranks;
-  const auto link = [&](bool across_nodes) {
+  const auto link = [&](bool across_nodes, std::size_t modeled) {
     local_comm_options c;
     c.timeout = std::chrono::seconds(30);
     c.link_gbps = parts.collectives ? (across_nodes ? r.network_gbps : r.nvlink_gbps) : 0;
+    c.modeled_ranks = modeled;
     return c;
   };
   std::vector<std::unique_ptr<communicator>> groups(gpus);
   std::vector<std::unique_ptr<communicator>> replicas(gpus);
-  const auto make = [&](const std::vector<std::size_t>& members, bool across,
+  const auto make = [&](const std::vector<std::size_t>& members, bool across, std::size_t modeled,
                         std::vector<std::unique_ptr<communicator>>& into) -> status {
     std::vector<device*> devices;
     devices.reserve(members.size());
     for (std::size_t g : members) devices.push_back(&allocs[g]->dev());
-    auto comms = create_local_communicators(devices, link(across));
+    auto comms =
+        create_local_communicators(devices, link(across, modeled > members.size() ? modeled : 0));
     if (!comms) return comms.error();
     for (std::size_t i = 0; i < members.size(); ++i) into[members[i]] = std::move((*comms)[i]);
     return {};
@@ -400,15 +408,16 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   if (group > 1) {
     for (std::size_t first = 0; first < gpus; first += group) {
       std::vector<std::size_t> members;
-      for (std::size_t g = first; g < first + group; ++g) members.push_back(g);
-      if (auto st = make(members, s.nodes > 1 && !hybrid, groups); !st) return st;
+      for (std::size_t g = first; g < std::min(first + group, gpus); ++g) members.push_back(g);
+      if (auto st = make(members, s.nodes > 1 && !hybrid, group, groups); !st) return st;
     }
   }
   if (hybrid) {
-    for (std::size_t i = 0; i < group; ++i) {
+    const auto nodes = static_cast<std::size_t>(s.nodes);
+    for (std::size_t i = 0; i < std::min(group, gpus); ++i) {
       std::vector<std::size_t> members;
       for (std::size_t g = i; g < gpus; g += group) members.push_back(g);
-      if (auto st = make(members, true, replicas); !st) return st;
+      if (auto st = make(members, true, nodes, replicas); !st) return st;
     }
   }
 

@@ -17,6 +17,7 @@
 // run concurrently.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -53,6 +54,12 @@ struct step_run {
   std::string conf;
 };
 
+/// The most ranks run_step_ranks simulates by default: a bigger job's ranks
+/// are alike, so these stand for all of them, in groups modeled at their
+/// full size (local_comm_options::modeled_ranks); the step's time is the
+/// same, and a plan of 4096 GPUs takes the time and memory of 8.
+inline constexpr std::size_t default_simulated_ranks = 8;
+
 /// Runs two warm-up steps and one more, and returns that one's modeled
 /// seconds on the slowest rank, from the end of the step before (every
 /// stream done) to its own end: the first step records the prefetcher's
@@ -64,9 +71,11 @@ struct step_run {
 /// least, or `parameter_room` bytes (what the rest of the step leaves free
 /// at its peak; the default: the GPU's usable memory) when that is more:
 /// offloaded shards stay cached there until the gathers need the memory.
-/// The allocators run with wait_before_grow:false. Errors: the device's,
-/// the communicator's, the manager's and the prefetcher's.
+/// The allocators run with wait_before_grow:false. At most `simulated`
+/// ranks run (at least 1; see default_simulated_ranks). Errors: the
+/// device's, the communicator's, the manager's and the prefetcher's.
 result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
-                                std::uint64_t parameter_room = ~std::uint64_t{0});
+                                std::uint64_t parameter_room = ~std::uint64_t{0},
+                                std::size_t simulated = default_simulated_ranks);
 
 }  // namespace strata::plan
