@@ -36,4 +36,5 @@ expect "--nvme-gbps must be from 0.001" --model gpt2 --nvme-gbps 0
 expect "--model gpt2 has its own shape" --model gpt2 --layers 3
 expect "--lora-mlp needs --lora" --model gpt2 --lora-mlp
 expect "--json - and --html - would both write to stdout" --model gpt2 --json - --html -
+expect "cannot write /nonexistent/dir/x.json: No such file or directory" --model gpt2 --json /nonexistent/dir/x.json
 exit "$failed"

@@ -126,6 +126,26 @@ TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
   EXPECT_EQ(html.find("<script"), std::string::npos) << "self-contained, no script";
 }
 
+// A smaller micro-batch is suggested only where the accumulation steps
+// make up the rest of the global batch: 5 is 1 x 5, never 2 x 2.
+TEST(PlanScenarios, SuggestedMicroBatchesKeepTheGlobalBatch) {
+  plan_setup s = preset("qwen2.5-7b");
+  s.gpus = 8;
+  s.zero = 3;
+  s.lora_rank = 16;
+  s.seq = 4096;
+  s.micro_batch = 5;
+  s.grad_accum = 2;
+  auto fixes = find_fixes(s);
+  ASSERT_TRUE(fixes.ok()) << fixes.error().to_string();
+  bool smaller = false;
+  for (const fix& f : *fixes) {
+    EXPECT_EQ(f.plan.setup.micro_batch * f.plan.setup.grad_accum, 10U) << f.change;
+    smaller = smaller || f.plan.setup.micro_batch < 5;
+  }
+  EXPECT_TRUE(smaller) << "micro-batch 1 with 10 accumulation steps fits";
+}
+
 TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates) {
   plan_setup s;
   s.model = {.name = "custom-10b",
