@@ -104,7 +104,9 @@ int main(int argc, char** argv) try {
   plan->add_option("--grad-accum", po.setup.grad_accum, "Gradient accumulation steps")
       ->capture_default_str()
       ->check(counts);
-  plan->add_option("--dtype", po.dtype, "bf16 (mixed, fp32 master) or fp32")->capture_default_str();
+  plan->add_option("--dtype", po.dtype,
+                   "bf16 (mixed, fp32 master), fp32, or amp (fp32 weights, bf16 autocast)")
+      ->capture_default_str();
   plan->add_option("--lora", po.setup.lora_rank, "LoRA rank (0: full fine-tuning)")
       ->capture_default_str()
       ->check(counts);

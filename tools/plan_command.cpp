@@ -64,8 +64,11 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
     s.dtype = plan::precision::bf16_mixed;
   } else if (o.dtype == "fp32") {
     s.dtype = plan::precision::fp32;
+  } else if (o.dtype == "amp") {
+    s.dtype = plan::precision::amp;
   } else {
-    return status{errc::invalid_argument, "--dtype must be bf16 or fp32, not '" + o.dtype + "'"};
+    return status{errc::invalid_argument,
+                  "--dtype must be bf16, fp32 or amp, not '" + o.dtype + "'"};
   }
   auto opt = offload_of("--offload-optimizer", o.offload_optimizer);
   if (!opt) return opt.error();

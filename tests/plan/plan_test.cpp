@@ -11,6 +11,8 @@
 #include "plan/layer_activations.hpp"
 #include "plan/nvme_rate.hpp"
 #include "plan/planner.hpp"
+#include "plan/step_run.hpp"
+#include "plan/step_schedule.hpp"
 
 namespace strata::plan {
 namespace {
@@ -263,6 +265,48 @@ TEST(PlanSetup, BadInputIsAClearError) {
   s = preset("llama2-7b");
   s.seq = 0;
   EXPECT_EQ(make_plan(s).code(), errc::invalid_argument);
+}
+
+// The calibration runs (../shared/calibration/README.md, H100, PyTorch 2.11,
+// transformers 5.17, autocast bf16 over fp32 weights, AdamW, sdpa):
+// max_memory_allocated 13.45 GiB for GPT-2 at 8 x 1024 tokens, 7.22 GiB with
+// checkpointing, 35.16 GiB for Qwen2.5-0.5B at 4 x 2048. The plan's peak is
+// within 10% of each and never more than 5% below.
+TEST(PlanCalibration, AmpPeaksMatchTheH100Runs) {
+  struct run {
+    const char* model;
+    std::uint64_t batch;
+    std::uint64_t seq;
+    bool checkpointing;
+    double measured_gib;
+  };
+  for (const run& r : {run{"gpt2", 8, 1024, false, 13.45}, run{"gpt2", 8, 1024, true, 7.22},
+                       run{"qwen2.5-0.5b", 4, 2048, false, 35.16}}) {
+    plan_setup s = preset(r.model);
+    s.dtype = precision::amp;
+    s.micro_batch = r.batch;
+    s.seq = r.seq;
+    s.checkpointing = r.checkpointing;
+    auto m = run_step(s, make_step_schedule(s));
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    ASSERT_TRUE(m->fits) << r.model;
+    const double gib = static_cast<double>(m->peak_tensors) / (1ULL << 30);
+    EXPECT_GE(gib, 0.95 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
+    EXPECT_LE(gib, 1.10 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
+  }
+}
+
+// fp32 keeps every activation in 4 bytes: twice bf16's, layer by layer.
+TEST(PlanCalibration, Fp32ActivationsAreTwiceBf16s) {
+  plan_setup s = preset("gpt2");
+  s.micro_batch = 8;
+  s.seq = 1024;
+  const std::uint64_t bf16 = layer_activation_bytes(s);
+  s.dtype = precision::fp32;
+  const std::uint64_t fp32 = layer_activation_bytes(s);
+  EXPECT_GT(fp32, bf16 + bf16 * 9 / 10)
+      << "about twice: masks and fp32 statistics stay as they are";
+  EXPECT_LE(fp32, 2 * bf16);
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ std::uint64_t model_state_bytes::gpu_total() const {
 }
 
 std::vector<held_tensor> model_state_tensors(const plan_setup& s) {
-  const std::uint64_t w = s.dtype == precision::fp32 ? 4 : 2;
+  const std::uint64_t w = weight_bytes(s.dtype);
   const std::uint64_t n = s.zero == 0 ? 1 : (s.zero == 3 ? shard_ranks(s) : s.gpus);
   const bool mixed = s.dtype == precision::bf16_mixed;
   const place param_place = s.params == offload_to::none
@@ -79,8 +79,10 @@ std::vector<held_tensor> model_state_tensors(const plan_setup& s) {
     // Working parameters: whole, or a partition under ZeRO-3.
     add(category::parameters, param_place, s.zero == 3 ? div_up(all, n) * w : all * w);
     // Gradients held all step: DDP's, and ZeRO-1/2's bf16 gradients unless
-    // they stream to an offloaded optimizer.
-    if (s.zero == 0 || (s.zero < 3 && s.optimizer == offload_to::none)) {
+    // they stream to an offloaded optimizer. Plain PyTorch's are made in
+    // backward instead (step_schedule).
+    if ((s.zero == 0 && !gradients_made_in_backward(s)) ||
+        (s.zero > 0 && s.zero < 3 && s.optimizer == offload_to::none)) {
       add(category::gradients, place::gpu, u.trainable * w);
     }
     // Optimizer state per partition: fp32 master (mixed precision only),

@@ -60,7 +60,9 @@ std::string setup_line(const plan_setup& s) {
 std::string model_line(const plan_setup& s) {
   const auto billions = static_cast<double>(total_params(s.model)) / 1e9;
   std::string line = s.model.name + " (" + fmt("%.2f", billions) + " B parameters), ";
-  line += s.dtype == precision::fp32 ? "fp32" : "bf16 with fp32 master weights";
+  line += s.dtype == precision::fp32  ? "fp32"
+          : s.dtype == precision::amp ? "fp32 weights, bf16 autocast (amp)"
+                                      : "bf16 with fp32 master weights";
   if (s.lora_rank > 0) {
     line += ", LoRA rank " + std::to_string(s.lora_rank) + " on " +
             (s.lora_mlp ? "attention and MLP" : "attention") + " (" +

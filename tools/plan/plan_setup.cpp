@@ -65,13 +65,17 @@ status check_setup(const plan_setup& s) {
     return bad("--gpu-memory " + format_bytes(s.gpu_memory) +
                " is not more than the CUDA context's " + format_bytes(s.context_memory));
   }
-  const std::uint64_t layer_bytes = layer_params(s.model) * (s.dtype == precision::fp32 ? 4 : 2);
+  const std::uint64_t layer_bytes = layer_params(s.model) * weight_bytes(s.dtype);
   if (layer_bytes > s.gpu_memory - s.context_memory) {
     return bad("--gpu-memory " + format_bytes(s.gpu_memory) + " is smaller than one layer of " +
                s.model.name + " (" + format_bytes(layer_bytes) +
                " of parameters): no setup can run it");
   }
   return {};
+}
+
+bool gradients_made_in_backward(const plan_setup& s) {
+  return s.dtype == precision::amp && s.zero == 0 && s.gpus == 1;
 }
 
 std::uint64_t shard_ranks(const plan_setup& s) {

@@ -13,8 +13,14 @@ namespace strata::plan {
 
 enum class precision : std::uint8_t {
   bf16_mixed,  ///< bf16 parameters and gradients, fp32 master copy and Adam state
-  fp32         ///< everything fp32
+  fp32,        ///< everything fp32
+  amp          ///< fp32 parameters, gradients and Adam state, bf16 compute (torch.autocast)
 };
+
+/// Bytes of a parameter or gradient element: 4 with fp32 weights (fp32, amp).
+inline std::uint64_t weight_bytes(precision p) {
+  return p == precision::bf16_mixed ? 2 : 4;
+}
 enum class offload_to : std::uint8_t { none, host, nvme };
 
 /// The rates of the step-time model (docs/plan.md): achieved, not peak.
@@ -80,5 +86,10 @@ status check_setup(const plan_setup& s);
 [[nodiscard]] std::uint64_t shard_ranks(const plan_setup& s);
 /// Parameters that train: all, or the LoRA adapters'.
 [[nodiscard]] std::uint64_t trainable_params(const plan_setup& s);
+/// True for plain PyTorch training (amp on one GPU, no ZeRO): the
+/// optimizer's zero_grad(set_to_none) frees the gradients before forward
+/// and backward makes them again, layer by layer, so they are not held
+/// through forward.
+[[nodiscard]] bool gradients_made_in_backward(const plan_setup& s);
 
 }  // namespace strata::plan

@@ -45,8 +45,8 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
   const model_shape& m = s.model;
   step_shape z;
   z.ranks = s.zero == 3 ? shard_ranks(s) : s.gpus;
-  z.type = s.dtype == precision::fp32 ? dtype::f32 : dtype::bf16;
-  z.element = s.dtype == precision::fp32 ? 4.0 : 2.0;
+  z.type = weight_bytes(s.dtype) == 4 ? dtype::f32 : dtype::bf16;
+  z.element = static_cast<double>(weight_bytes(s.dtype));
   z.backward_factor = s.lora_rank > 0 ? 1.0 : 2.0;
   const auto tokens = static_cast<double>(s.micro_batch * s.seq);
   const double attention = 4.0 * static_cast<double>(s.micro_batch) * static_cast<double>(s.seq) *

@@ -57,8 +57,8 @@ struct step_run {
 /// The most ranks run_step_ranks simulates by default: a bigger job's ranks
 /// are alike, so these stand for all of them, in groups modeled at their
 /// full size (local_comm_options::modeled_ranks); the step's time is the
-/// same, and a plan of 4096 GPUs takes the time and memory of 8.
-inline constexpr std::size_t default_simulated_ranks = 8;
+/// same, and a plan of 4096 GPUs takes the time and memory of 4.
+inline constexpr std::size_t default_simulated_ranks = 4;
 
 /// Runs two warm-up steps and one more, and returns that one's modeled
 /// seconds on the slowest rank, from the end of the step before (every

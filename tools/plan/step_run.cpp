@@ -31,7 +31,7 @@ result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule,
       continue;
     }
     if (e.what == step_event::kind::free) {
-      if (auto f = alloc->try_free(ptrs[e.id]); !f) return f;
+      if (auto f = alloc->try_free_async(ptrs[e.id], nullptr); !f) return f;
       live[static_cast<std::size_t>(kinds[e.id])] -= bytes[e.id];
       live_total -= bytes[e.id];
       continue;

@@ -36,6 +36,7 @@ struct layer_plan {
   std::vector<std::uint64_t> saved;  // what a layer keeps for backward
   std::uint64_t checkpoint = 0;      // with checkpointing: the layer's input
   std::uint64_t scratch = 0;         // backward's activation gradients
+  std::uint64_t made_grads = 0;      // plain PyTorch: a layer's gradients, made in its backward
 };
 
 // ZeRO-3's gathered layers: a layer's parameters are gathered one layer
@@ -67,7 +68,7 @@ std::string micro_label(const plan_setup& s, std::uint64_t micro) {
 
 layer_plan plan_layer(const plan_setup& s) {
   layer_plan p;
-  const std::uint64_t w = s.dtype == precision::fp32 ? 4 : 2;
+  const std::uint64_t w = weight_bytes(s.dtype);
   const std::uint64_t trainable_per_layer =
       s.lora_rank > 0 ? trainable_params(s) / s.model.layers : layer_params(s.model);
   if (s.zero == 3) {
@@ -79,14 +80,18 @@ layer_plan plan_layer(const plan_setup& s) {
   // bucket-sized staging buffers (Strata's 25 MiB buckets, double-buffered).
   if (s.zero > 0 && s.zero < 3 && s.optimizer != offload_to::none) p.buckets = 2 * (25ULL << 20);
   p.saved = layer_activation_tensors(s);
-  p.checkpoint = 2 * s.micro_batch * s.seq * s.model.hidden;
+  // The layer's input: bf16, or fp32 (fp32, and amp's residual stream).
+  p.checkpoint =
+      (s.dtype == precision::bf16_mixed ? 2 : 4) * s.micro_batch * s.seq * s.model.hidden;
+  if (gradients_made_in_backward(s)) p.made_grads = trainable_per_layer * w;
   const std::uint64_t largest = *std::max_element(p.saved.begin(), p.saved.end());
   p.scratch = 2 * largest;
   return p;
 }
 
 void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
-             std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits) {
+             std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits,
+             std::vector<std::uint32_t>& head) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
@@ -111,25 +116,66 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   }
   b.phase("forward, logits and loss" + mb);
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
-  logits = b.alloc(category::activations, tokens * s.model.vocab * 2);  // bf16 logits
-  const std::uint32_t upcast =
-      b.alloc(category::activations, tokens * s.model.vocab * 4);  // fp32 for the loss
-  b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
+  const std::uint64_t tv = tokens * s.model.vocab;
+  if (s.dtype == precision::amp) {
+    // transformers' loss under autocast (the H100 snapshots): the final
+    // norm, the head's input and (tied or not) weight cast to bf16, bf16
+    // logits, two fp32 copies for the loss, and cross-entropy's fp32
+    // log-softmax, kept for backward; the copies go once it is made.
+    const std::uint64_t th = tokens * s.model.hidden;
+    head.push_back(b.alloc(category::activations, 4 * th + 8 * tokens));  // final norm
+    head.push_back(b.alloc(category::activations, 2 * th));               // the head's input cast
+    head.push_back(b.alloc(category::activations, 2 * s.model.vocab * s.model.hidden));
+    logits = b.alloc(category::activations, 2 * tv);
+    const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
+    const std::uint32_t flat = b.alloc(category::activations, 4 * tv);
+    head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
+    b.free(upcast);
+    b.free(flat);
+  } else if (s.dtype == precision::fp32) {
+    logits = b.alloc(category::activations, tv * 4);  // fp32 already: no copy for the loss
+  } else {
+    logits = b.alloc(category::activations, tv * 2);                      // bf16 logits
+    const std::uint32_t upcast = b.alloc(category::activations, tv * 4);  // fp32 for the loss
+    b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
+  }
   if (p.outer_gathered > 0) b.free(outer);
 }
 
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
-              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits) {
+              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
+              const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
   b.phase("backward, loss and logits" + mb);
   std::uint32_t outer = 0;
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
-  const std::uint32_t dlogits = b.alloc(category::activations, tokens * s.model.vocab * 4);
-  b.free(logits);
-  const std::uint32_t dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
-  b.free(dlogits);
+  const std::uint64_t tv = tokens * s.model.vocab;
+  std::uint32_t dhidden = 0;
+  if (s.dtype == precision::amp) {
+    // The loss's gradient (fp32), the log-softmax's, then the logits' in
+    // bf16 for the head; the forward's tensors go as their backward ends.
+    const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
+    const std::uint32_t dsoftmax = b.alloc(category::activations, 4 * tv);
+    b.free(dloss);
+    b.free(head.back());  // the log-softmax
+    const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
+    b.free(dsoftmax);
+    dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
+    if (p.made_grads > 0 && micro == 0) {  // the head's (or tied embedding's) gradient
+      made_grads.push_back(b.alloc(category::gradients, outer_params(s.model) * 4));
+    }
+    b.free(dlogits);
+    b.free(logits);
+    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
+  } else {
+    const std::uint32_t dlogits = b.alloc(category::activations, tv * 4);
+    b.free(logits);
+    dhidden = b.alloc(category::activations,
+                      (s.dtype == precision::fp32 ? 4 : 2) * tokens * s.model.hidden);
+    b.free(dlogits);
+  }
   if (p.outer_gathered > 0) b.free(outer);
   layer_gathers gathers(b, p.gathered);
   for (std::uint64_t l = layers; l-- > 0;) {
@@ -142,6 +188,10 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     const std::uint32_t scratch = b.alloc(category::activations, p.scratch);
     std::uint32_t layer_grads = 0;
     if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
+    // Plain PyTorch: the layer's gradients appear now (accumulated into by
+    // later micro-batches) and live to the next step's zero_grad.
+    if (p.made_grads > 0 && micro == 0)
+      made_grads.push_back(b.alloc(category::gradients, p.made_grads));
     for (const std::uint32_t id : recomputed) b.free(id);
     for (const std::uint32_t id : saved[l]) b.free(id);
     b.free(scratch);
@@ -166,14 +216,17 @@ step_schedule make_step_schedule(const plan_setup& s) {
     buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
     buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
   }
+  std::vector<std::uint32_t> made_grads;
   for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
     std::vector<std::vector<std::uint32_t>> saved;
     std::uint32_t logits = 0;
-    forward(b, s, p, micro, saved, logits);
-    backward(b, s, p, micro, saved, logits);
+    std::vector<std::uint32_t> head;
+    forward(b, s, p, micro, saved, logits, head);
+    backward(b, s, p, micro, saved, logits, head, made_grads);
   }
   b.phase("optimizer step");
   for (const std::uint32_t id : buckets) b.free(id);
+  for (const std::uint32_t id : made_grads) b.free(id);  // the next step's zero_grad
   return out;
 }
 
