@@ -5,14 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <unordered_map>
 
 #include <sys/stat.h>
 
 #include "plan/layer_activations.hpp"
 #include "plan/nvme_rate.hpp"
 #include "plan/planner.hpp"
+#include "plan/pytorch_allocator.hpp"
 #include "plan/step_run.hpp"
 #include "plan/step_schedule.hpp"
+#include "replay/alloc_trace.hpp"
 
 namespace strata::plan {
 namespace {
@@ -307,6 +310,63 @@ TEST(PlanCalibration, Fp32ActivationsAreTwiceBf16s) {
   EXPECT_GT(fp32, bf16 + bf16 * 9 / 10)
       << "about twice: masks and fp32 statistics stay as they are";
   EXPECT_LE(fp32, 2 * bf16);
+}
+
+// The models of PyTorch's allocators, replayed over the H100 snapshots'
+// own requests, reserve what PyTorch reported there: 15.77 and 40.96 GiB
+// (default), 14.68 and 40.07 GiB (expandable segments).
+TEST(PlanCalibration, PyTorchAllocatorModelsMatchTheSnapshots) {
+  struct snapshot {
+    const char* file;
+    double native_gib;
+    double expandable_gib;
+  };
+  const std::string h100 = std::string(STRATA_SOURCE_DIR) + "/bench/traces/h100/";
+  for (const snapshot& c :
+       {snapshot{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 15.77, 14.68},
+        snapshot{"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 40.96, 40.07}}) {
+    auto t = replay::read_trace(h100 + c.file, 0);
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    ASSERT_TRUE(t->seeds.empty()) << "recorded from the start";
+    for (const auto m :
+         {pytorch_allocator_model::mode::native, pytorch_allocator_model::mode::expandable}) {
+      pytorch_allocator_model model(m);
+      std::unordered_map<std::uint64_t, std::uint32_t> live;
+      for (const replay::trace_op& op : t->ops) {
+        if (op.kind == replay::op_kind::alloc) {
+          live[op.addr] = model.allocate(op.size);
+        } else if (auto it = live.find(op.addr); it != live.end()) {
+          model.free(it->second);
+          live.erase(it);
+        }
+      }
+      const double gib = static_cast<double>(model.peak_reserved()) / (1ULL << 30);
+      const double want =
+          m == pytorch_allocator_model::mode::native ? c.native_gib : c.expandable_gib;
+      EXPECT_NEAR(gib, want, 0.005 * want) << c.file;
+    }
+  }
+}
+
+// The plan's PyTorch figures are lower bounds: never above what the
+// calibration runs reserved, never below the tensors' own peak.
+TEST(PlanCalibration, PyTorchFiguresAreLowerBounds) {
+  plan_setup s = preset("gpt2");
+  s.dtype = precision::amp;
+  s.micro_batch = 8;
+  s.seq = 1024;
+  auto p = make_plan(s);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1ULL << 30); };
+  EXPECT_LE(gib(p->pytorch.native), 15.77);
+  EXPECT_LE(gib(p->pytorch.expandable), 14.68);
+  EXPECT_GE(p->pytorch.native, p->memory.peak_tensors);
+  EXPECT_GE(p->pytorch.expandable, p->memory.peak_tensors);
+  EXPECT_GE(gib(p->pytorch.native), 0.85 * 15.77) << "within 15% for now (docs/plan.md)";
+  const std::string json = plan_json(*p, {});
+  EXPECT_NE(json.find("\"peak_reserved_pytorch_bytes\""), std::string::npos);
+  EXPECT_NE(json.find("\"peak_reserved_expandable_bytes\""), std::string::npos);
+  EXPECT_NE(json.find("\"peak_tensor_bytes\""), std::string::npos);
 }
 
 }  // namespace

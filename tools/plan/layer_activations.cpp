@@ -12,7 +12,7 @@ namespace {
 // ops autocast lists as fp32 (pow, tanh, softmax, the norms' statistics)
 // make fp32 tensors, and transformers' key/value cache holds each layer's
 // K and V unless checkpointing turns it off.
-std::vector<std::uint64_t> amp_layer_tensors(const plan_setup& s) {
+std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
   const model_shape& m = s.model;
   const std::uint64_t t = s.micro_batch * s.seq;  // tokens
   const std::uint64_t h = m.hidden;
@@ -20,56 +20,120 @@ std::vector<std::uint64_t> amp_layer_tensors(const plan_setup& s) {
   const std::uint64_t kv = kv_width(m);
   const std::uint64_t scores = m.heads * s.seq * t;
   const bool cache = !s.checkpointing;
-  std::vector<std::uint64_t> out;
+  std::vector<layer_op> out;
+  const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
+  const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
   const auto attention = [&] {
     if (s.flash_attention) {
-      out.push_back(2 * t * h);        // output, the o projection's input
-      out.push_back(4 * t * m.heads);  // log-sum-exp, fp32
+      keep(2 * t * h);        // output, the o projection's input
+      keep(4 * t * m.heads);  // log-sum-exp, fp32
     } else {
-      out.push_back(4 * scores);              // softmax output, fp32 (autocast)
-      if (m.out_bias) out.push_back(scores);  // its dropout mask
-      out.push_back(2 * scores);              // probabilities cast for the matmul with V
-      out.push_back(2 * t * h);               // output
+      pass(2 * scores);              // Q K^T, bf16
+      keep(4 * scores);              // softmax output, fp32 (autocast)
+      if (m.out_bias) keep(scores);  // its dropout mask
+      keep(2 * scores);              // probabilities cast for the matmul with V
+      keep(2 * t * h);               // output
     }
   };
+  const std::uint64_t bias = m.out_bias ? 2 : 0;  // bytes of a bias element's cast
   if (!m.gated_ffn) {
-    // GPT-2 family: LayerNorm (mean and rstd kept, fp32), fused QKV,
-    // dropout masks, the tanh GeLU (three fp32 intermediates and a bf16
-    // one).
-    out.push_back(8 * t);                  // ln_1's mean and rstd
-    out.push_back(2 * t * h);              // c_attn's input cast
-    out.push_back(2 * t * (h + 2 * kv));   // Q, K, V
-    if (cache) out.push_back(4 * t * kv);  // the cache's K and V
+    // GPT-2 family: LayerNorm (mean and rstd kept, fp32; its fp32 output
+    // passes to the next linear's cast), fused QKV, dropout masks, the
+    // tanh GeLU (three fp32 intermediates and a bf16 one kept, five fp32
+    // ones passing).
+    pass(4 * t * h);                                   // ln_1's output
+    keep(8 * t);                                       // its mean and rstd
+    keep(2 * h * (h + 2 * kv) + bias * (h + 2 * kv));  // c_attn's weight cast
+    keep(2 * t * h);                                   // its input cast
+    keep(2 * t * (h + 2 * kv));                        // Q, K, V
+    if (cache) {
+      keep(2 * t * kv);  // the cache's K
+      keep(2 * t * kv);  // and V
+    }
     attention();
-    out.push_back(t * h);       // attention dropout mask
-    out.push_back(4 * t * h);   // residual, fp32
-    out.push_back(8 * t);       // ln_2's mean and rstd
-    out.push_back(2 * t * h);   // c_fc's input cast
-    out.push_back(14 * t * f);  // the GeLU's bf16 and three fp32 intermediates
-    out.push_back(2 * t * f);   // c_proj's input cast
-    out.push_back(t * h);       // MLP dropout mask
-    out.push_back(4 * t * h);   // residual, fp32
+    keep(2 * h * h + bias * h);  // c_proj's weight cast
+    pass(2 * t * h);             // its output
+    keep(t * h);                 // attention dropout mask
+    pass(2 * t * h);             // the dropped output
+    keep(4 * t * h);             // residual, fp32
+    pass(4 * t * h);             // ln_2's output
+    keep(8 * t);                 // its mean and rstd
+    keep(2 * h * f + bias * f);  // c_fc's weight cast
+    keep(2 * t * h);             // its input cast
+    pass(2 * t * f);             // its output
+    keep(2 * t * f);             // the GeLU: 0.5 x, bf16
+    keep(4 * t * f);             // x^3, fp32
+    pass(4 * t * f);
+    pass(4 * t * f);
+    pass(4 * t * f);
+    keep(4 * t * f);  // tanh's input and output, fp32
+    keep(4 * t * f);
+    pass(4 * t * f);
+    keep(2 * f * h + bias * h);  // c_proj's weight cast
+    keep(2 * t * f);             // its input cast
+    pass(2 * t * h);             // its output
+    keep(t * h);                 // MLP dropout mask
+    pass(2 * t * h);             // the dropped output
+    keep(4 * t * h);             // residual, fp32
   } else {
     // Llama family: RMSNorm (its fp32 output and rstd kept), separate Q,
     // K and V projections each casting the fp32 norm output, rotary
     // embedding in fp32, SwiGLU.
-    out.push_back(4 * t * h + 4 * t);       // input norm
-    out.push_back(6 * t * h);               // Q, K and V projections' input casts
-    if (cache) out.push_back(8 * t * kv);   // the cache's K and V, fp32 after rotary
-    out.push_back(2 * t * h + 4 * t * kv);  // Q, K and V cast for attention
+    const std::uint64_t qkv_bias = m.qkv_bias ? 2 : 0;
+    pass(4 * t * h);                   // the input norm's square
+    keep(4 * t);                       // its rstd
+    keep(4 * t * h);                   // its output, fp32
+    keep(2 * h * h + qkv_bias * h);    // Q projection's weight cast
+    keep(2 * t * h);                   // its input cast
+    pass(2 * t * h);                   // Q
+    keep(2 * h * kv + qkv_bias * kv);  // K projection's weight cast
+    keep(2 * t * h);                   // its input cast
+    pass(2 * t * kv);                  // K
+    keep(2 * h * kv + qkv_bias * kv);  // V projection's weight cast
+    keep(2 * t * h);                   // its input cast
+    pass(2 * t * kv);                  // V
+    pass(4 * t * h);                   // Q after rotary, fp32
+    pass(4 * t * h);                   // rotate_half(Q) x sin
+    pass(4 * t * kv);                  // K after rotary, fp32
+    if (cache) {
+      keep(4 * t * kv);  // the cache's K
+      keep(4 * t * kv);  // and V
+    }
+    keep(2 * t * h);   // Q cast for attention
+    keep(2 * t * kv);  // K
+    keep(2 * t * kv);  // V
     attention();
-    out.push_back(4 * t * h);          // residual, fp32
-    out.push_back(4 * t * h + 4 * t);  // post-attention norm
-    out.push_back(4 * t * h);          // gate and up projections' input casts
-    out.push_back(8 * t * f);          // gate, SiLU, up and their product
-    out.push_back(4 * t * h);          // residual, fp32
+    keep(2 * h * h);  // o projection's weight cast
+    pass(2 * t * h);  // its output
+    keep(4 * t * h);  // residual, fp32
+    pass(4 * t * h);  // the post-attention norm's square
+    keep(4 * t);      // its rstd
+    keep(4 * t * h);  // its output, fp32
+    keep(2 * h * f);  // gate's weight cast
+    keep(2 * t * h);  // its input cast
+    keep(2 * t * f);  // gate
+    keep(2 * t * f);  // SiLU
+    keep(2 * h * f);  // up's weight cast
+    keep(2 * t * h);  // its input cast
+    keep(2 * t * f);  // up
+    keep(2 * t * f);  // their product
+    keep(2 * f * h);  // down's weight cast
+    pass(2 * t * h);  // its output
+    keep(4 * t * h);  // residual, fp32
   }
-  out.push_back(2 * layer_params(m));  // the weights' bf16 casts, kept for backward
   if (s.lora_rank > 0) {
     const std::uint64_t adapters = 4 + (s.lora_mlp ? (m.gated_ffn ? 3 : 2) : 0);
-    out.push_back(2 * t * s.lora_rank * adapters);
+    keep(2 * t * s.lora_rank * adapters);
   }
   return out;
+}
+
+std::vector<std::uint64_t> amp_layer_tensors(const plan_setup& s) {
+  std::vector<std::uint64_t> kept;
+  for (const layer_op& op : amp_layer_ops(s)) {
+    if (op.kept) kept.push_back(op.bytes);
+  }
+  return kept;
 }
 
 }  // namespace
@@ -122,6 +186,13 @@ std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s) {
     out.push_back(e * t * s.lora_rank * adapters);
   }
   return out;
+}
+
+std::vector<layer_op> layer_forward_ops(const plan_setup& s) {
+  if (s.dtype == precision::amp) return amp_layer_ops(s);
+  std::vector<layer_op> ops;
+  for (const std::uint64_t b : layer_activation_tensors(s)) ops.push_back({b, true});
+  return ops;
 }
 
 std::uint64_t layer_activation_bytes(const plan_setup& s) {

@@ -28,6 +28,15 @@ namespace strata::plan {
 
 /// The bytes of each tensor a layer saves (no checkpointing).
 std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s);
+/// A tensor a layer's forward makes: kept for backward, or passing (freed
+/// once the next tensor is made).
+struct layer_op {
+  std::uint64_t bytes;
+  bool kept;
+};
+/// The layer's forward tensors in order: under amp those kept and those
+/// passing, as PyTorch makes them; otherwise the kept ones.
+std::vector<layer_op> layer_forward_ops(const plan_setup& s);
 /// Their sum.
 std::uint64_t layer_activation_bytes(const plan_setup& s);
 /// Korthikanti et al.'s count for the layer, T h (34 + 5 a s / h) bytes,

@@ -127,6 +127,33 @@ std::uint64_t layer_params(const model_shape& m) {
   return p;
 }
 
+std::vector<std::uint64_t> layer_param_tensors(const model_shape& m) {
+  const std::uint64_t h = m.hidden;
+  const std::uint64_t kv = kv_width(m);
+  std::vector<std::uint64_t> out;
+  if (m.gated_ffn) {
+    out = {h * h, h * kv, h * kv, h * h, h * m.ffn, h * m.ffn, m.ffn * h};
+  } else {  // fused QKV, two FFN matrices
+    out = {h * (h + 2 * kv), h * h, h * m.ffn, m.ffn * h};
+  }
+  std::uint64_t matrices = 0;
+  for (const std::uint64_t n : out) matrices += n;
+  // The vectors: biases and norms, one tensor each in PyTorch; small, so
+  // counted as one here.
+  out.push_back(layer_params(m) - matrices);
+  return out;
+}
+
+std::vector<std::uint64_t> outer_param_tensors(const model_shape& m) {
+  std::vector<std::uint64_t> out{m.vocab * m.hidden};
+  if (m.positions > 0) out.push_back(m.positions * m.hidden);
+  if (!m.tied_embeddings) out.push_back(m.vocab * m.hidden);
+  std::uint64_t sum = 0;
+  for (const std::uint64_t n : out) sum += n;
+  out.push_back(outer_params(m) - sum);  // the final norm
+  return out;
+}
+
 std::uint64_t outer_params(const model_shape& m) {
   std::uint64_t p = m.vocab * m.hidden + m.positions * m.hidden + m.hidden;
   if (m.out_bias) p += m.hidden;  // the final LayerNorm's bias

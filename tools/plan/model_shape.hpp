@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "strata/error.hpp"
 
@@ -57,6 +58,13 @@ status check_shape(const model_shape& m);
 [[nodiscard]] std::uint64_t kv_width(const model_shape& m);
 /// One transformer layer's parameters.
 [[nodiscard]] std::uint64_t layer_params(const model_shape& m);
+/// A layer's parameter tensors, in elements, as PyTorch holds them (each
+/// matrix, and the vectors of biases and norms); they add up to
+/// layer_params.
+[[nodiscard]] std::vector<std::uint64_t> layer_param_tensors(const model_shape& m);
+/// The same outside the layers (embeddings, final norm, head); they add up
+/// to outer_params.
+[[nodiscard]] std::vector<std::uint64_t> outer_param_tensors(const model_shape& m);
 /// Everything outside the layers (embeddings, final norm, untied head).
 [[nodiscard]] std::uint64_t outer_params(const model_shape& m);
 [[nodiscard]] std::uint64_t total_params(const model_shape& m);

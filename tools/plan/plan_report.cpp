@@ -127,6 +127,18 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
            " (reserved beyond the tensors' peak)\n";
     out += "  peak reserved       " + format_bytes(m.peak_reserved) + "\n";
   }
+  // The same tensors under PyTorch's own allocators: a lower bound (the
+  // plan's step has fewer, larger tensors than PyTorch makes, docs/plan.md),
+  // so only "does not fit" is a verdict.
+  const auto under = [&](const char* name, std::uint64_t reserved) {
+    return std::string("  ") + name + "at least " + format_bytes(reserved) +
+           (reserved > m.usable ? " (does not fit)\n" : "\n");
+  };
+  out += "Peak reserved by allocator:\n";
+  out += std::string("  Strata                         ") +
+         (m.fits ? format_bytes(m.peak_reserved) + " (fits)\n" : "does not fit\n");
+  out += under("PyTorch's default              ", p.pytorch.native);
+  out += under("PyTorch's expandable segments  ", p.pytorch.expandable);
   out += "\nModel states per GPU: Strata " + format_bytes(p.states.gpu_total()) + " on the GPU";
   if (p.states.host > 0) out += ", " + format_bytes(p.states.host) + " in host memory";
   if (p.states.nvme > 0) out += ", " + format_bytes(p.states.nvme) + " on NVMe";
@@ -231,6 +243,8 @@ std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
       .raw("fits", m.fits ? "true" : "false")
       .num("usable_bytes", m.usable)
       .num("peak_reserved_bytes", m.peak_reserved)
+      .num("peak_reserved_pytorch_bytes", p.pytorch.native)
+      .num("peak_reserved_expandable_bytes", p.pytorch.expandable)
       .num("peak_tensor_bytes", m.peak_tensors)
       .raw("by_category", categories.text());
   if (!m.fits) {

@@ -71,9 +71,11 @@ result<plan_result> make_plan(const plan_setup& s) {
   if (auto c = check_setup(s); !c) return c;
   plan_result p;
   p.setup = s;
-  auto memory = run_step(s, make_step_schedule(s));
+  const step_schedule schedule = make_step_schedule(s);
+  auto memory = run_step(s, schedule);
   if (!memory) return memory.error();
   p.memory = *memory;
+  p.pytorch = pytorch_peak_reserved(schedule);
   // What the rest of the step leaves ZeRO-3's parameters at its peak: the
   // room their shards are cached in and their gathers run ahead into.
   const std::uint64_t rest =

@@ -23,6 +23,7 @@ struct plan_result {
   published_figure paper;        ///< the ZeRO paper's figure
   std::uint64_t host_bytes = 0;  ///< pinned host memory needed per node
   std::uint64_t nvme_bytes = 0;  ///< NVMe space needed per node
+  pytorch_reserve pytorch;       ///< PyTorch's allocators' peak reserved, same schedule
 };
 
 /// One setup. Errors: check_setup's; the device's.

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "plan/pytorch_allocator.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::plan {
@@ -64,6 +65,26 @@ result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule,
   }
   m.peak_reserved = static_cast<std::uint64_t>(alloc->counters().reserved_bytes[pool_all].peak);
   return m;
+}
+
+pytorch_reserve pytorch_peak_reserved(const step_schedule& schedule) {
+  pytorch_reserve r;
+  for (const auto m :
+       {pytorch_allocator_model::mode::native, pytorch_allocator_model::mode::expandable}) {
+    pytorch_allocator_model model(m);
+    constexpr std::uint32_t none = UINT32_MAX;  // a tensor of 0 bytes has no block
+    std::vector<std::uint32_t> handles(schedule.tensors, none);
+    for (const step_event& e : schedule.events) {
+      if (e.what == step_event::kind::alloc && e.bytes > 0) {
+        handles[e.id] = model.allocate(e.bytes);
+      } else if (e.what == step_event::kind::free && handles[e.id] != none) {
+        model.free(handles[e.id]);
+        handles[e.id] = none;
+      }
+    }
+    (m == pytorch_allocator_model::mode::native ? r.native : r.expandable) = model.peak_reserved();
+  }
+  return r;
 }
 
 }  // namespace strata::plan

@@ -32,4 +32,14 @@ struct step_memory {
 result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule,
                              const char* data = "none");
 
+/// What PyTorch's own caching allocator would reserve at the schedule's
+/// peak (pytorch_allocator.hpp): the default one, and with expandable
+/// segments. Neither gives memory back, so a figure above the GPU's usable
+/// memory is an out-of-memory error there.
+struct pytorch_reserve {
+  std::uint64_t native = 0;
+  std::uint64_t expandable = 0;
+};
+pytorch_reserve pytorch_peak_reserved(const step_schedule& schedule);
+
 }  // namespace strata::plan

@@ -1,6 +1,7 @@
 #include "plan/step_schedule.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "plan/layer_activations.hpp"
 
@@ -15,8 +16,10 @@ class builder {
   std::uint32_t alloc(category c, std::uint64_t bytes) {
     const std::uint32_t id = out_.tensors++;
     out_.events.push_back({step_event::kind::alloc, c, id, bytes});
+    sizes_.push_back(bytes);
     return id;
   }
+  [[nodiscard]] std::uint64_t bytes_of(std::uint32_t id) const { return sizes_[id]; }
   void free(std::uint32_t id) { out_.events.push_back({step_event::kind::free, {}, id, 0}); }
   void phase(std::string text) {
     out_.events.push_back(
@@ -26,6 +29,7 @@ class builder {
 
  private:
   step_schedule& out_;
+  std::vector<std::uint64_t> sizes_;  // by tensor id
 };
 
 struct layer_plan {
@@ -34,9 +38,13 @@ struct layer_plan {
   std::uint64_t layer_grads = 0;     // ZeRO-3: one layer's whole gradients, before reduce-scatter
   std::uint64_t buckets = 0;         // gradient buckets' staging (0: views)
   std::vector<std::uint64_t> saved;  // what a layer keeps for backward
+  std::vector<layer_op> ops;         // what its forward makes, in order
   std::uint64_t checkpoint = 0;      // with checkpointing: the layer's input
   std::uint64_t scratch = 0;         // backward's activation gradients
-  std::uint64_t made_grads = 0;      // plain PyTorch: a layer's gradients, made in its backward
+  // Plain PyTorch: the gradients' tensors (bytes) each layer's backward
+  // makes, and the head's (the outer parameters'); empty otherwise.
+  std::vector<std::uint64_t> layer_grads_made;
+  std::vector<std::uint64_t> outer_grads_made;
 };
 
 // ZeRO-3's gathered layers: a layer's parameters are gathered one layer
@@ -70,7 +78,8 @@ layer_plan plan_layer(const plan_setup& s) {
   layer_plan p;
   const std::uint64_t w = weight_bytes(s.dtype);
   const std::uint64_t trainable_per_layer =
-      s.lora_rank > 0 ? trainable_params(s) / s.model.layers : layer_params(s.model);
+      s.lora_rank > 0 ? trainable_params(s) / std::max<std::uint64_t>(s.model.layers, 1)
+                      : layer_params(s.model);
   if (s.zero == 3) {
     p.gathered = layer_params(s.model) * w;
     p.outer_gathered = outer_params(s.model) * w;
@@ -80,10 +89,20 @@ layer_plan plan_layer(const plan_setup& s) {
   // bucket-sized staging buffers (Strata's 25 MiB buckets, double-buffered).
   if (s.zero > 0 && s.zero < 3 && s.optimizer != offload_to::none) p.buckets = 2 * (25ULL << 20);
   p.saved = layer_activation_tensors(s);
+  p.ops = layer_forward_ops(s);
   // The layer's input: bf16, or fp32 (fp32, and amp's residual stream).
   p.checkpoint =
       (s.dtype == precision::bf16_mixed ? 2 : 4) * s.micro_batch * s.seq * s.model.hidden;
-  if (gradients_made_in_backward(s)) p.made_grads = trainable_per_layer * w;
+  if (gradients_made_in_backward(s)) {
+    if (s.lora_rank > 0) {
+      p.layer_grads_made = {trainable_per_layer * w};  // the adapters'
+    } else {
+      for (const std::uint64_t n : layer_param_tensors(s.model))
+        p.layer_grads_made.push_back(n * w);
+      for (const std::uint64_t n : outer_param_tensors(s.model))
+        p.outer_grads_made.push_back(n * w);
+    }
+  }
   const std::uint64_t largest = *std::max_element(p.saved.begin(), p.saved.end());
   p.scratch = 2 * largest;
   return p;
@@ -103,8 +122,20 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l + 1 < layers);
+    // Each tensor in order; one that passes is freed once the next is made.
     std::vector<std::uint32_t> ids;
-    for (const std::uint64_t t : p.saved) ids.push_back(b.alloc(category::activations, t));
+    std::optional<std::uint32_t> passing;
+    for (const layer_op& op : p.ops) {
+      const std::uint32_t id = b.alloc(category::activations, op.bytes);
+      if (passing) b.free(*passing);
+      passing.reset();
+      if (op.kept) {
+        ids.push_back(id);
+      } else {
+        passing = id;
+      }
+    }
+    if (passing) b.free(*passing);
     if (s.checkpointing) {
       // Only the input stays; the rest is recomputed in backward.
       const std::uint32_t keep = b.alloc(category::activations, p.checkpoint);
@@ -163,8 +194,10 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
     b.free(dsoftmax);
     dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
-    if (p.made_grads > 0 && micro == 0) {  // the head's (or tied embedding's) gradient
-      made_grads.push_back(b.alloc(category::gradients, outer_params(s.model) * 4));
+    if (micro == 0) {  // the head's (or tied embedding's) gradient, and the rest outside
+      for (const std::uint64_t g : p.outer_grads_made) {
+        made_grads.push_back(b.alloc(category::gradients, g));
+      }
     }
     b.free(dlogits);
     b.free(logits);
@@ -190,8 +223,11 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
     // Plain PyTorch: the layer's gradients appear now (accumulated into by
     // later micro-batches) and live to the next step's zero_grad.
-    if (p.made_grads > 0 && micro == 0)
-      made_grads.push_back(b.alloc(category::gradients, p.made_grads));
+    if (micro == 0) {
+      for (const std::uint64_t g : p.layer_grads_made) {
+        made_grads.push_back(b.alloc(category::gradients, g));
+      }
+    }
     for (const std::uint32_t id : recomputed) b.free(id);
     for (const std::uint32_t id : saved[l]) b.free(id);
     b.free(scratch);
@@ -203,7 +239,53 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
 
 }  // namespace
 
+// Plain PyTorch on one GPU (gradients_made_in_backward): the parameters
+// held all along; a first step without optimizer state, whose optimizer
+// step makes Adam's two moments tensor by tensor (AdamW's lazy state),
+// zero_grad freeing the gradients; then the step every later one repeats.
+// The first step's layout is what the second's tensors find, so its holes
+// count in every allocator's reserve.
+step_schedule plain_pytorch_steps(const plan_setup& s) {
+  step_schedule out;
+  builder b(out);
+  b.phase("model states");
+  const std::uint64_t w = weight_bytes(s.dtype);
+  for (std::uint64_t l = 0; l < s.model.layers; ++l) {
+    for (const std::uint64_t n : layer_param_tensors(s.model)) b.alloc(category::parameters, n * w);
+  }
+  for (const std::uint64_t n : outer_param_tensors(s.model)) b.alloc(category::parameters, n * w);
+  const layer_plan p = plan_layer(s);
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::uint32_t> grads;
+    for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
+      std::vector<std::vector<std::uint32_t>> saved;
+      std::uint32_t logits = 0;
+      std::vector<std::uint32_t> head;
+      forward(b, s, p, micro, saved, logits, head);
+      backward(b, s, p, micro, saved, logits, head, grads);
+    }
+    b.phase(step == 0 ? "optimizer step (Adam's state made)" : "optimizer step");
+    if (step == 0) {
+      for (const std::uint32_t g : grads) {
+        const std::uint64_t bytes = b.bytes_of(g);
+        b.alloc(category::optimizer_state, bytes);  // exp_avg
+        b.alloc(category::optimizer_state, bytes);  // exp_avg_sq
+      }
+    }
+    // AdamW's foreach update: sqrt(exp_avg_sq) for every parameter at
+    // once, then the update; the square roots go at the end.
+    std::vector<std::uint32_t> roots;
+    roots.reserve(grads.size());
+    for (const std::uint32_t g : grads)
+      roots.push_back(b.alloc(category::optimizer_state, b.bytes_of(g)));
+    for (const std::uint32_t r : roots) b.free(r);
+    for (const std::uint32_t g : grads) b.free(g);  // zero_grad(set_to_none=True)
+  }
+  return out;
+}
+
 step_schedule make_step_schedule(const plan_setup& s) {
+  if (gradients_made_in_backward(s)) return plain_pytorch_steps(s);
   step_schedule out;
   builder b(out);
   b.phase("model states");
