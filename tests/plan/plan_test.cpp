@@ -97,15 +97,21 @@ TEST(PlanActivations, AGpt2LayerMatchesTheStandardCount) {
   }
 }
 
-// The scenarios of docs/plan.md.
-TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
+// Qwen2.5-7B with LoRA r=16 under ZeRO-3 on 8 GPUs, micro-batch
+// `micro` x 4096 tokens.
+plan_setup qwen_lora_job(std::uint64_t micro) {
   plan_setup s = preset("qwen2.5-7b");
   s.gpus = 8;
   s.zero = 3;
   s.lora_rank = 16;
   s.seq = 4096;
-  s.micro_batch = 4;
-  auto p = make_plan(s);
+  s.micro_batch = micro;
+  return s;
+}
+
+// The scenarios of docs/plan.md.
+TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
+  auto p = make_plan(qwen_lora_job(4));
   ASSERT_TRUE(p.ok()) << p.error().to_string();
   EXPECT_FALSE(p->memory.fits);
   EXPECT_NE(p->memory.failed_phase.find("forward"), std::string::npos);
@@ -134,12 +140,7 @@ TEST(PlanScenarios, QwenLoraZero3AtFourTimes4kTokensNeedsCheckpointing) {
 // A smaller micro-batch is suggested only where the accumulation steps
 // make up the rest of the global batch: 5 is 1 x 5, never 2 x 2.
 TEST(PlanScenarios, SuggestedMicroBatchesKeepTheGlobalBatch) {
-  plan_setup s = preset("qwen2.5-7b");
-  s.gpus = 8;
-  s.zero = 3;
-  s.lora_rank = 16;
-  s.seq = 4096;
-  s.micro_batch = 5;
+  plan_setup s = qwen_lora_job(5);
   s.grad_accum = 2;
   auto fixes = find_fixes(s);
   ASSERT_TRUE(fixes.ok()) << fixes.error().to_string();

@@ -239,6 +239,19 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
 
 }  // namespace
 
+// Forward and backward of each micro-batch (at most two: later ones repeat
+// the second); gradients made in backward are added to `made_grads`.
+void micro_batches(builder& b, const plan_setup& s, const layer_plan& p,
+                   std::vector<std::uint32_t>& made_grads) {
+  for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
+    std::vector<std::vector<std::uint32_t>> saved;
+    std::uint32_t logits = 0;
+    std::vector<std::uint32_t> head;
+    forward(b, s, p, micro, saved, logits, head);
+    backward(b, s, p, micro, saved, logits, head, made_grads);
+  }
+}
+
 // Plain PyTorch on one GPU (gradients_made_in_backward): the parameters
 // held all along; a first step without optimizer state, whose optimizer
 // step makes Adam's two moments tensor by tensor (AdamW's lazy state),
@@ -257,13 +270,7 @@ step_schedule plain_pytorch_steps(const plan_setup& s) {
   const layer_plan p = plan_layer(s);
   for (int step = 0; step < 2; ++step) {
     std::vector<std::uint32_t> grads;
-    for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
-      std::vector<std::vector<std::uint32_t>> saved;
-      std::uint32_t logits = 0;
-      std::vector<std::uint32_t> head;
-      forward(b, s, p, micro, saved, logits, head);
-      backward(b, s, p, micro, saved, logits, head, grads);
-    }
+    micro_batches(b, s, p, grads);
     b.phase(step == 0 ? "optimizer step (Adam's state made)" : "optimizer step");
     if (step == 0) {
       for (const std::uint32_t g : grads) {
@@ -299,13 +306,7 @@ step_schedule make_step_schedule(const plan_setup& s) {
     buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
   }
   std::vector<std::uint32_t> made_grads;
-  for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
-    std::vector<std::vector<std::uint32_t>> saved;
-    std::uint32_t logits = 0;
-    std::vector<std::uint32_t> head;
-    forward(b, s, p, micro, saved, logits, head);
-    backward(b, s, p, micro, saved, logits, head, made_grads);
-  }
+  micro_batches(b, s, p, made_grads);
   b.phase("optimizer step");
   for (const std::uint32_t id : buckets) b.free(id);
   for (const std::uint32_t id : made_grads) b.free(id);  // the next step's zero_grad
