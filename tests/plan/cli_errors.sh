@@ -37,4 +37,6 @@ expect "--model gpt2 has its own shape" --model gpt2 --layers 3
 expect "--lora-mlp needs --lora" --model gpt2 --lora-mlp
 expect "--json - and --html - would both write to stdout" --model gpt2 --json - --html -
 expect "cannot write /nonexistent/dir/x.json: No such file or directory" --model gpt2 --json /nonexistent/dir/x.json
+expect "--nvme-dir /proc/none: measuring the disk, a scratch file could not be made" --model gpt2 --zero 3 --offload-params nvme --nvme-dir /proc/none
+expect "--gpu-memory 2 GiB leaves 1 GiB after the CUDA context" --model llama2-70b --zero 3 --gpu-memory 2GiB
 exit "$failed"

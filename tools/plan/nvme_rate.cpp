@@ -16,9 +16,10 @@ namespace {
 
 constexpr std::size_t request = 4ULL << 20;
 
-status io_failure(const std::string& dir, const char* call, int err) {
-  return {errc::io_error,
-          "measuring NVMe in " + dir + ": " + call + ": " + std::system_category().message(err)};
+// `what` failed: said in the flag's terms, with the system's reason.
+status io_failure(const std::string& dir, const char* what, int err) {
+  return {errc::io_error, "--nvme-dir " + dir + ": measuring the disk, " + what + ": " +
+                              std::system_category().message(err)};
 }
 
 // Moves `bytes` through `fd` in requests from `buf`; seconds taken.
@@ -28,12 +29,12 @@ result<double> transfer(int fd, void* buf, std::uint64_t bytes, bool write,
   for (std::uint64_t at = 0; at < bytes; at += request) {
     const auto off = static_cast<off_t>(at);
     const ssize_t n = write ? ::pwrite(fd, buf, request, off) : ::pread(fd, buf, request, off);
-    if (n < 0) return io_failure(dir, write ? "pwrite" : "pread", errno);
+    if (n < 0) return io_failure(dir, write ? "a write failed" : "a read failed", errno);
     if (static_cast<std::size_t>(n) != request) {
-      return io_failure(dir, write ? "pwrite (short)" : "pread (short)", ENOSPC);
+      return io_failure(dir, write ? "a write stopped short" : "a read stopped short", ENOSPC);
     }
   }
-  if (write && ::fsync(fd) != 0) return io_failure(dir, "fsync", errno);
+  if (write && ::fsync(fd) != 0) return io_failure(dir, "flushing the writes failed", errno);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -44,13 +45,13 @@ result<nvme_rates> measure_nvme(const std::string& dir, std::uint64_t bytes) {
   bytes = bytes / request * request;
   std::string path = dir + "/strata-plan-XXXXXX";
   const int fd = ::mkstemp(path.data());
-  if (fd < 0) return io_failure(dir, "mkstemp", errno);
+  if (fd < 0) return io_failure(dir, "a scratch file could not be made", errno);
   ::unlink(path.c_str());  // gone when closed, whatever happens below
   const auto closer = [](const int* f) { ::close(*f); };
   const std::unique_ptr<const int, decltype(closer)> guard(&fd, closer);
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) {
-    return io_failure(dir, "fcntl(O_DIRECT)", errno);
+    return io_failure(dir, "direct I/O (O_DIRECT) is not available there", errno);
   }
   void* raw = nullptr;
   if (::posix_memalign(&raw, 4096, request) != 0)

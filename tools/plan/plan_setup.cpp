@@ -67,8 +67,10 @@ status check_setup(const plan_setup& s) {
   }
   const std::uint64_t layer_bytes = layer_params(s.model) * weight_bytes(s.dtype);
   if (layer_bytes > s.gpu_memory - s.context_memory) {
-    return bad("--gpu-memory " + format_bytes(s.gpu_memory) + " is smaller than one layer of " +
-               s.model.name + " (" + format_bytes(layer_bytes) +
+    return bad("--gpu-memory " + format_bytes(s.gpu_memory) + " leaves " +
+               format_bytes(s.gpu_memory - s.context_memory) + " after the CUDA context (" +
+               "--context-memory " + format_bytes(s.context_memory) +
+               "), smaller than one layer of " + s.model.name + " (" + format_bytes(layer_bytes) +
                " of parameters): no setup can run it");
   }
   return {};
