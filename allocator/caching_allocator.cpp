@@ -109,6 +109,7 @@ attempt<void*> caching_allocator::allocate_small(stream_state& st, std::size_t b
 
 attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
   const std::size_t size = size_classes::round(bytes);
+  st.replay.reserve();  // before placing: a placed request is always recorded
   const std::size_t counterpart = st.replay.counterpart(size);
   auto it = place(st, *st.large, size, bytes, counterpart);
   if (!it) return it;

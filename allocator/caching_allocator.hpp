@@ -260,8 +260,6 @@ class caching_allocator {
   std::optional<block_map::iterator> place_by_step(stream_state& st, stream_arena& arena,
                                                    std::size_t size, std::size_t requested,
                                                    std::size_t counterpart);
-  // True when every page under [addr, addr+size) of `arena` is mapped.
-  static bool fully_mapped(stream_arena& arena, std::uintptr_t addr, std::size_t size);
   // Marks free block `it` of `arena` allocated with `size` bytes for
   // `requested` and its pages live.
   block_map::iterator take(stream_arena& arena, block_map::iterator it, std::size_t size,

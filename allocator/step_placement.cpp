@@ -17,12 +17,6 @@ constexpr std::size_t max_steps_back = 4;
 
 }  // namespace
 
-bool caching_allocator::fully_mapped(stream_arena& arena, std::uintptr_t addr, std::size_t size) {
-  const std::size_t first = arena.page_of(addr);
-  const std::size_t last = arena.page_of(addr + size - 1) + 1;
-  return arena.next_unmapped(first, last) == last;
-}
-
 std::optional<block_map::iterator> caching_allocator::place_by_step(stream_state& st,
                                                                     stream_arena& arena,
                                                                     std::size_t size,
@@ -34,7 +28,7 @@ std::optional<block_map::iterator> caching_allocator::place_by_step(stream_state
        ++steps, c = st.replay.previous(c)) {
     const std::uintptr_t want = st.replay.address(c);
     auto it = blocks.free_block_holding(want, size);
-    if (it == blocks.end() || !(it->second.mapped || fully_mapped(arena, want, size))) continue;
+    if (it == blocks.end() || !(it->second.mapped || arena.fully_mapped(want, size))) continue;
     st.replay.count(true);
     if (!st.replay.repeating()) return std::nullopt;
     it = blocks.allocate_at(it, want, size, requested);

@@ -48,7 +48,12 @@ bool step_replay::windows_match(std::size_t pos) const noexcept {
   return true;
 }
 
-void step_replay::resync() {
+void step_replay::reserve() {
+  if (history_.capacity() < capacity) history_.reserve(capacity);
+  if (table_.empty()) table_.resize(table_size);
+}
+
+void step_replay::resync() noexcept {
   // The nearest position around the cursor after a window like the last.
   for (std::size_t d = 0; d <= resync_reach; ++d) {
     // The cursor has stayed put through the misses; the requests since
@@ -65,8 +70,7 @@ void step_replay::resync() {
   }
 }
 
-void step_replay::seed() {
-  if (table_.empty()) table_.resize(table_size);
+void step_replay::seed() noexcept {
   seen& s = table_[(hash_ >> 8) % table_size];
   // The request after the earlier window is the one the next repeats.
   if (s.hash == hash_ && n_ - s.pos >= min_period && n_ - s.pos + window < capacity &&
@@ -77,11 +81,11 @@ void step_replay::seed() {
   s = {hash_, n_};
 }
 
-void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t counterpart) {
+void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t counterpart) noexcept {
   static constexpr std::uint64_t leaving = power(multiplier, window);
   const entry e{size, addr, counterpart};
   if (history_.size() < capacity) {
-    history_.push_back(e);
+    history_.push_back(e);  // within the capacity reserve() made
   } else {
     history_[n_ % capacity] = e;
   }

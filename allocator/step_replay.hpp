@@ -34,10 +34,10 @@
 // min(n, capacity) requests; the cursor, when set, is an earlier request.
 // Cost: record() is one hash step and, every 8th request, one table probe
 // (while lost, every `resync_every` requests, a resync compares at most
-// 2 x resync_reach windows); counterpart()
-// looks at `slack` entries at most. The history grows to `capacity`
-// entries (768 KiB) and the table is 64 KiB, made on a stream's first large
-// requests: after warm-up no call allocates.
+// 2 x resync_reach windows); counterpart() looks at `slack` entries at
+// most. The history (`capacity` entries, 768 KiB) and the table (64 KiB)
+// are made by reserve(), before a stream's first large request is placed:
+// nothing after it allocates, so a request once placed is always recorded.
 //
 // Thread safety: none; the allocator's mutex serializes calls.
 #pragma once
@@ -59,9 +59,13 @@ class step_replay {
   [[nodiscard]] std::size_t previous(std::size_t r) const noexcept;
   /// The address request `r`, one still in the history, got.
   [[nodiscard]] std::uintptr_t address(std::size_t r) const noexcept { return at(r).addr; }
+  /// Makes the history and the window table (once; then a no-op). Call
+  /// before placing a request: record() then cannot fail. Throws
+  /// std::bad_alloc when the host has not the 832 KiB.
+  void reserve();
   /// Records that the next request, of `size` bytes, repeating
-  /// `counterpart` (or none), was placed at `addr`.
-  void record(std::size_t size, std::uintptr_t addr, std::size_t counterpart);
+  /// `counterpart` (or none), was placed at `addr`. Needs reserve().
+  void record(std::size_t size, std::uintptr_t addr, std::size_t counterpart) noexcept;
   /// Requests recorded so far.
   [[nodiscard]] std::size_t requests() const noexcept { return n_; }
 
@@ -104,15 +108,15 @@ class step_replay {
   [[nodiscard]] bool windows_match(std::size_t pos) const noexcept;
   // Puts the cursor after an earlier window like the last one, if the
   // table holds one; remembers the last window.
-  void seed();
+  void seed() noexcept;
   // Moves the cursor to the nearest position within resync_reach whose
   // preceding window matches the last one.
-  void resync();
+  void resync() noexcept;
 
   std::vector<entry> history_;
   std::size_t n_ = 0;        // requests recorded
   std::uint64_t hash_ = 0;   // of the last `window` sizes
-  std::vector<seen> table_;  // sampled windows by hash; made on first use
+  std::vector<seen> table_;  // sampled windows by hash; made by reserve()
   std::size_t cursor_ = none;
   std::size_t misses_ = 0;     // requests in a row that matched nothing at the cursor
   std::size_t available_ = 0;  // x count_one: a moving sum of count() over ~count_span requests

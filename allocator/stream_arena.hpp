@@ -73,6 +73,11 @@ class stream_arena {
   [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t to) const noexcept;
   /// The first unmapped page in [from, to), or `to`. Same cost.
   [[nodiscard]] std::size_t next_unmapped(std::size_t from, std::size_t to) const noexcept;
+  /// True when every page under [addr, addr+bytes) (bytes > 0) is mapped.
+  [[nodiscard]] bool fully_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept {
+    const std::size_t last = page_of(addr + bytes - 1) + 1;
+    return next_unmapped(page_of(addr), last) == last;
+  }
 
   // --- slabs (small arenas) ----------------------------------------------
   // The slab table has one entry per slab unit (size_classes::slab_unit):

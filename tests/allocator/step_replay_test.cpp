@@ -26,6 +26,7 @@ std::vector<std::size_t> step_sizes(std::size_t n) {
 // counterpart each request found.
 std::vector<std::size_t> run(step_replay& r, const std::vector<std::size_t>& sizes,
                              std::uintptr_t base) {
+  r.reserve();  // as the allocator does before placing
   std::vector<std::size_t> found;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::size_t c = r.counterpart(sizes[i]);

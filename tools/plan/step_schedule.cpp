@@ -88,8 +88,10 @@ layer_plan plan_layer(const plan_setup& s) {
   // Gradients that stream to an offloaded optimizer go through two
   // bucket-sized staging buffers (Strata's 25 MiB buckets, double-buffered).
   if (s.zero > 0 && s.zero < 3 && s.optimizer != offload_to::none) p.buckets = 2 * (25ULL << 20);
-  p.saved = layer_activation_tensors(s);
   p.ops = layer_forward_ops(s);
+  for (const layer_op& op : p.ops) {
+    if (op.kept) p.saved.push_back(op.bytes);
+  }
   // The layer's input: bf16, or fp32 (fp32, and amp's residual stream).
   p.checkpoint =
       (s.dtype == precision::bf16_mixed ? 2 : 4) * s.micro_batch * s.seq * s.model.hidden;
