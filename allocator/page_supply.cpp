@@ -75,8 +75,13 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
   std::size_t stitched = 0;
   if (filled < needed.size() && table_.idle_count() > 0) {
     for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);  // fewer on failure
-    const std::size_t before = arena.page_of(arena.blocks().prev_fence(addr));
-    const std::size_t after = arena.page_of(arena.blocks().next_fence(addr + bytes - 1) - 1) + 1;
+    // The pages of every segment that shares an unaligned edge page with
+    // the range: from the start of the segment holding the first page's
+    // first byte, to the end of the one holding the last page's last byte.
+    // Segments may be shorter than a page, so more than one may share it,
+    // and a fence may already stand at the range's edge.
+    const std::size_t before = arena.page_of(arena.blocks().prev_fence(arena.page_addr(first)));
+    const std::size_t after = arena.page_of(arena.blocks().next_fence(arena.page_addr(last) - 1) - 1) + 1;
     const auto span = [&](std::size_t k) {
       std::pair<std::size_t, std::size_t> r{first, last};
       if (k == first && addr % granularity_ != 0) r.first = before;
@@ -233,21 +238,31 @@ std::size_t page_supply::unmap_unused(stream_arena& arena) {
   }
   std::size_t unmapped = 0;
   for (const std::size_t i : unused) {
-    const std::uintptr_t va = arena.page_addr(i);
-    const std::uint32_t id = arena.page(i);
-    if (!dev_.unmap(va, g)) continue;
-    table_.remove_mapping(arena, i);  // a shadow there becomes free space first
-    arena.blocks().set_mapped(arena.blocks().find_containing(va), false);
-    if (table_.mappings(id).empty()) {
-      count_kind(id, -1);
-      pool_.push_back(id);
-    }
-    if (trace_.on()) trace_.record(trace_action::segment_unmap, va, g, arena.stream().native);
-    ++unmapped;
+    if (unmap_at(arena, i)) ++unmapped;
   }
   drop_fences(arena);
   refresh_derived_stats();
   return unmapped;
+}
+
+status page_supply::unmap_at(stream_arena& arena, std::size_t index) {
+  const std::uintptr_t va = arena.page_addr(index);
+  const std::uint32_t id = arena.page(index);
+  if (auto s = dev_.unmap(va, granularity_); !s) return s;
+  table_.remove_mapping(arena, index);  // a shadow there becomes free space first
+  // Every free block on the page loses `mapped`: a page an unaligned fence
+  // splits lies under two.
+  block_map& blocks = arena.blocks();
+  for (auto it = blocks.find_containing(va); it != blocks.end() && it->first < va + granularity_;
+       ++it) {
+    if (it->second.state == block_state::free) blocks.set_mapped(it, false);
+  }
+  if (table_.mappings(id).empty()) {
+    count_kind(id, -1);
+    pool_.push_back(id);
+  }
+  if (trace_.on()) trace_.record(trace_action::segment_unmap, va, granularity_, arena.stream().native);
+  return {};
 }
 
 void page_supply::drop_fences(stream_arena& arena) {
@@ -297,15 +312,8 @@ bool page_supply::unmap_everywhere(std::uint32_t id) {
     if (m.shadowed || !m.arena->page_idle(m.index)) return false;
   }
   for (const page_mapping& m : maps) {
-    const std::uintptr_t va = m.arena->page_addr(m.index);
-    if (!dev_.unmap(va, granularity_)) return false;
-    table_.remove_mapping(*m.arena, m.index);
-    m.arena->blocks().set_mapped(m.arena->blocks().find_containing(va), false);
-    if (trace_.on())
-      trace_.record(trace_action::segment_unmap, va, granularity_, m.arena->stream().native);
+    if (!unmap_at(*m.arena, m.index)) return false;  // the last one pools the page
   }
-  count_kind(id, -1);
-  pool_.push_back(id);
   return true;
 }
 

@@ -114,6 +114,10 @@ class page_supply {
   status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
                    const std::vector<std::uint32_t>& pages);
   void record_mapping(std::uint32_t id, stream_arena& arena, std::size_t index);
+  // Unmaps page `index` of `arena` (an idle page there, or a shadowed
+  // mapping, its work there done); a page left with no mapping goes to the
+  // pool. Errors: the device's (the mapping is then kept).
+  status unmap_at(stream_arena& arena, std::size_t index);
   // Unmaps page `id` (idle, its work done) everywhere; false (and keeps
   // what did not unmap) if the device refuses.
   bool unmap_everywhere(std::uint32_t id);
