@@ -29,6 +29,9 @@ result<std::unique_ptr<caching_allocator>> caching_allocator::create(
 
 namespace {
 
+// A large arena's open epoch is sealed after this many frees (finish_free).
+constexpr std::size_t seal_every = 8;
+
 // `options` with small_size a multiple of 512, so a request and its rounded
 // block fall in the same stats pool.
 allocator_options normalized(allocator_options options) {
@@ -383,6 +386,14 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   arena.mark_freed(it->first, b.size);
   pages_.block_dead(arena, it->first, b.size);
   arena.blocks().release(it);
+  if (arena.open_frees() >= seal_every) {
+    // An epoch sealed soon after its frees is known done soon after the
+    // GPU passes them: a later step may then unmap there (a repair,
+    // page_repair.cpp) without waiting. Two event calls per `seal_every`
+    // frees; a failed call leaves the epoch open (it is sealed later).
+    (void)arena.seal(*dev_, events_);
+    (void)arena.poll(*dev_, events_);
+  }
   pages_.release_above(options_.release_threshold);
 }
 

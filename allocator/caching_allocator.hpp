@@ -255,11 +255,18 @@ class caching_allocator {
                                      std::size_t requested,
                                      std::size_t counterpart = step_replay::none);
   // step_placement.cpp: the request, repeating `counterpart`, allocated
-  // where it was in an earlier step if that range is free and mapped;
-  // nullopt otherwise (first fit decides then).
+  // where it was in an earlier step if that range is free and mapped, or
+  // repaired there (repair_by_step); nullopt otherwise (first fit decides
+  // then).
   std::optional<block_map::iterator> place_by_step(stream_state& st, stream_arena& arena,
                                                    std::size_t size, std::size_t requested,
                                                    std::size_t counterpart);
+  // The earlier steps' range that maps the fewest pages when repaired
+  // (page_supply::repair_cost), repaired and allocated, when first fit would
+  // map at least twice as many; nullopt otherwise or when the repair fails.
+  std::optional<block_map::iterator> repair_by_step(stream_state& st, stream_arena& arena,
+                                                    std::size_t size, std::size_t requested,
+                                                    std::size_t counterpart);
   // Marks free block `it` of `arena` allocated with `size` bytes for
   // `requested` and its pages live.
   block_map::iterator take(stream_arena& arena, block_map::iterator it, std::size_t size,

@@ -81,7 +81,8 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
     // Segments may be shorter than a page, so more than one may share it,
     // and a fence may already stand at the range's edge.
     const std::size_t before = arena.page_of(arena.blocks().prev_fence(arena.page_addr(first)));
-    const std::size_t after = arena.page_of(arena.blocks().next_fence(arena.page_addr(last) - 1) - 1) + 1;
+    const std::size_t after =
+        arena.page_of(arena.blocks().next_fence(arena.page_addr(last) - 1) - 1) + 1;
     const auto span = [&](std::size_t k) {
       std::pair<std::size_t, std::size_t> r{first, last};
       if (k == first && addr % granularity_ != 0) r.first = before;
@@ -261,7 +262,8 @@ status page_supply::unmap_at(stream_arena& arena, std::size_t index) {
     count_kind(id, -1);
     pool_.push_back(id);
   }
-  if (trace_.on()) trace_.record(trace_action::segment_unmap, va, granularity_, arena.stream().native);
+  if (trace_.on())
+    trace_.record(trace_action::segment_unmap, va, granularity_, arena.stream().native);
   return {};
 }
 
@@ -311,10 +313,9 @@ bool page_supply::unmap_everywhere(std::uint32_t id) {
   for (const page_mapping& m : maps) {
     if (m.shadowed || !m.arena->page_idle(m.index)) return false;
   }
-  for (const page_mapping& m : maps) {
-    if (!unmap_at(*m.arena, m.index)) return false;  // the last one pools the page
-  }
-  return true;
+  // The last unmap pools the page.
+  return std::all_of(maps.begin(), maps.end(),
+                     [&](const page_mapping& m) { return unmap_at(*m.arena, m.index).ok(); });
 }
 
 status page_supply::release_idle(std::size_t keep_bytes) {

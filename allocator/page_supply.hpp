@@ -7,8 +7,10 @@
 // shadows the others); new pages from the device, within the limit.
 // Mappings are kept: a stitched range stays mapped after its block ends,
 // so the same request next step finds it and costs no driver call. Pages
-// are unmapped only to give them back (trim, release_threshold), and then
-// only once every stream that used them has finished with them.
+// are unmapped only to give them back (trim, release_threshold), to repair
+// a range (a mapping there of a page live elsewhere) or when an arena's
+// address space runs out, and then only once the work queued at that
+// mapping is done.
 //
 // Invariants: held pages = pool pages + pages with a mapping (page_table);
 // held * granularity <= limit whenever a page is created (a lowered limit
@@ -28,6 +30,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "event_pool.hpp"
@@ -67,6 +70,24 @@ class page_supply {
   // at `addr`), then new ones if `may_create`. out_of_memory when short
   // (every page taken goes back); other errors: the device's, nothing lost.
   status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
+  // Repair (page_repair.cpp): a range an earlier step's request had, free
+  // now but for pages there that are live at another mapping, is made
+  // whole again by unmapping those pages there and backing the holes,
+  // instead of stitching a new range for the whole request.
+  //
+  // The pages repair_range would map under [addr, addr+bytes) of `arena`
+  // (those unmapped there and those shadowed there), or nullopt when the
+  // range holds a block in use, a fence inside it, or a shadowed page whose
+  // work at this address may still be queued. Polls the arena's epochs (one
+  // event query each) when that decides; calls the device for nothing else.
+  [[nodiscard]] std::optional<std::size_t> repair_cost(stream_arena& arena, std::uintptr_t addr,
+                                                       std::size_t bytes);
+  // Makes [addr, addr+bytes), which repair_cost priced, free address space
+  // backed by pages idle here: the shadowed pages are unmapped there (one
+  // unmap each), then the range is backed as back_range backs it. Errors:
+  // the device's, or out_of_memory from back_range; the range is then left
+  // free with holes, every page still held and recorded.
+  status repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
   // Waits for the work queued on `arena`'s stream, then unmaps there every
   // page no block uses (pages left with no mapping go to the pool), and
   // lifts the fences no page is mapped on both sides of. Returns how many

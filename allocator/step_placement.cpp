@@ -2,11 +2,22 @@
 // address its counterpart got one step ago when that range is free and
 // mapped, else two, three or four steps ago (a block that outlives its step
 // is still live one step later, and its range then repeats every two
-// steps); when none is, first fit decides (place()). Nothing here maps a
-// page: a replayed request costs no driver call.
+// steps). A replayed request maps nothing. When no such range is free and
+// mapped, the one that is free but for a few pages live elsewhere is
+// repaired (page_repair.cpp) if that maps at most half the pages first fit
+// would: the request keeps its address, so the next step finds it again.
+// A range a recent step repaired is repaired again only if few of its pages
+// clash. Otherwise first fit decides (place()).
 //
 // Cost: one block lookup and one scan of the range's mapped bits (one step
-// per 64 pages) per step looked back.
+// per 64 pages) per step looked back; when none is free, a walk of each
+// range's blocks, and the repair's driver calls (one unmap per clashing
+// page, plus mapping the holes).
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <span>
+
 #include "caching_allocator.hpp"
 
 namespace strata {
@@ -14,6 +25,19 @@ namespace strata {
 namespace {
 
 constexpr std::size_t max_steps_back = 4;
+
+// A repair must map at most 1/repair_ratio of what first fit would. One
+// that maps more (half a range or more clashes) leaves the request with a
+// single range that two alternating layouts fight over (a block that
+// outlives its step makes the layout repeat every two steps), so it would
+// pay every step; a new range costs once, and each layout then has its own.
+constexpr std::size_t repair_ratio = 2;
+
+// A range a recent step already repaired is repaired again only when at
+// most 1/rerepair_share of its pages clash: more means two layouts take
+// turns with it (each repair undoes the other's), and a new range for one
+// of them ends that.
+constexpr std::size_t rerepair_share = 16;
 
 }  // namespace
 
@@ -36,7 +60,60 @@ std::optional<block_map::iterator> caching_allocator::place_by_step(stream_state
     return it;
   }
   st.replay.count(false);
-  return std::nullopt;
+  if (!st.replay.repeating()) return std::nullopt;
+  return repair_by_step(st, arena, size, requested, counterpart);
+}
+
+std::optional<block_map::iterator> caching_allocator::repair_by_step(stream_state& st,
+                                                                     stream_arena& arena,
+                                                                     std::size_t size,
+                                                                     std::size_t requested,
+                                                                     std::size_t counterpart) {
+  constexpr std::size_t never = std::numeric_limits<std::size_t>::max();
+  struct earlier {
+    std::uintptr_t addr;
+    bool repaired;
+  };
+  std::array<earlier, max_steps_back> ranges{};
+  std::size_t n = 0;
+  for (std::size_t c = counterpart; n < max_steps_back && c != step_replay::none;
+       c = st.replay.previous(c)) {
+    ranges[n++] = {st.replay.address(c), st.replay.repaired(c)};
+  }
+  const std::span<const earlier> found(ranges.data(), n);
+  std::uintptr_t best = 0;
+  std::size_t best_cost = never;
+  for (const earlier& r : found) {
+    const bool again = std::any_of(found.begin(), found.end(), [&](const earlier& e) {
+      return e.repaired && e.addr == r.addr;
+    });
+    const std::size_t pages = arena.page_of(r.addr + size - 1) - arena.page_of(r.addr) + 1;
+    const auto cost = pages_.repair_cost(arena, r.addr, size);
+    if (cost && *cost < best_cost && !(again && *cost * rerepair_share > pages)) {
+      best = r.addr;
+      best_cost = *cost;
+    }
+  }
+  if (best_cost == never) return std::nullopt;
+  // What first fit would map instead.
+  block_map& blocks = arena.blocks();
+  const auto fit = blocks.first_fit(size);
+  if (fit != blocks.end()) {
+    const std::size_t fit_cost =
+        fit->second.mapped ? 0
+                           : arena.unmapped_pages(arena.page_of(fit->first),
+                                                  arena.page_of(fit->first + size - 1) + 1);
+    if (fit_cost < best_cost * repair_ratio) return std::nullopt;
+  }
+  // On failure nothing is lost: the range stays free, partly unmapped, and
+  // first fit goes on from there.
+  if (!pages_.repair_range(arena, best, size, !options_.wait_before_grow)) return std::nullopt;
+  auto it = blocks.free_block_holding(best, size);
+  if (it == blocks.end()) return std::nullopt;
+  it = blocks.allocate_at(it, best, size, requested);
+  pages_.block_live(arena, best, size);
+  st.replay.note_repair();
+  return it;
 }
 
 }  // namespace strata

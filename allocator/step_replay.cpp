@@ -83,7 +83,8 @@ void step_replay::seed() noexcept {
 
 void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t counterpart) noexcept {
   static constexpr std::uint64_t leaving = power(multiplier, window);
-  const entry e{size, addr, counterpart};
+  const entry e{size, addr, counterpart, repairing_};
+  repairing_ = false;
   if (history_.size() < capacity) {
     history_.push_back(e);  // within the capacity reserve() made
   } else {

@@ -66,6 +66,12 @@ class step_replay {
   /// Records that the next request, of `size` bytes, repeating
   /// `counterpart` (or none), was placed at `addr`. Needs reserve().
   void record(std::size_t size, std::uintptr_t addr, std::size_t counterpart) noexcept;
+  /// Notes that the request about to be recorded was placed by repairing
+  /// its range (step_placement.cpp).
+  void note_repair() noexcept { repairing_ = true; }
+  /// True when request `r`, one still in the history, was placed by a
+  /// repair.
+  [[nodiscard]] bool repaired(std::size_t r) const noexcept { return at(r).repaired; }
   /// Requests recorded so far.
   [[nodiscard]] std::size_t requests() const noexcept { return n_; }
 
@@ -95,6 +101,7 @@ class step_replay {
     std::size_t size;
     std::uintptr_t addr;
     std::size_t counterpart;  // the request this one repeated, or none
+    bool repaired;            // placed by repairing its range
   };
   struct seen {
     std::uint64_t hash = 0;
@@ -120,6 +127,7 @@ class step_replay {
   std::size_t cursor_ = none;
   std::size_t misses_ = 0;     // requests in a row that matched nothing at the cursor
   std::size_t available_ = 0;  // x count_one: a moving sum of count() over ~count_span requests
+  bool repairing_ = false;     // note_repair() since the last record()
 };
 
 }  // namespace strata

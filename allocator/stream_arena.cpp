@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <bit>
 #include <new>
 
@@ -43,6 +44,7 @@ void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
   const std::size_t last = page_of(addr + bytes - 1);
   for (std::size_t i = page_of(addr); i <= last; ++i) page_epoch_[i] = open_;
   dirty_ = true;
+  ++open_frees_;
 }
 
 void stream_arena::set_page(std::size_t i, std::uint32_t id) noexcept {
@@ -83,6 +85,18 @@ std::size_t stream_arena::next_unmapped(std::size_t from, std::size_t to) const 
   return to;
 }
 
+std::size_t stream_arena::unmapped_pages(std::size_t from, std::size_t to) const noexcept {
+  std::size_t n = 0;
+  while (from < to) {
+    const std::size_t bits = std::min<std::size_t>(64 - from % 64, to - from);
+    std::uint64_t word = ~mapped_bits_[from / 64] >> (from % 64);
+    if (bits < 64) word &= (std::uint64_t{1} << bits) - 1;
+    n += static_cast<std::size_t>(std::popcount(word));
+    from += bits;
+  }
+  return n;
+}
+
 status stream_arena::seal(device& dev, event_pool& events) {
   if (!dirty_) return {};
   auto e = events.get();
@@ -94,6 +108,7 @@ status stream_arena::seal(device& dev, event_pool& events) {
   sealed_.push_back({*e, open_});
   ++open_;
   dirty_ = false;
+  open_frees_ = 0;
   return {};
 }
 

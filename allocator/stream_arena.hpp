@@ -73,6 +73,8 @@ class stream_arena {
   [[nodiscard]] std::size_t next_mapped(std::size_t from, std::size_t to) const noexcept;
   /// The first unmapped page in [from, to), or `to`. Same cost.
   [[nodiscard]] std::size_t next_unmapped(std::size_t from, std::size_t to) const noexcept;
+  /// How many pages in [from, to) are unmapped. Cost: one step per 64 pages.
+  [[nodiscard]] std::size_t unmapped_pages(std::size_t from, std::size_t to) const noexcept;
   /// True when every page under [addr, addr+bytes) (bytes > 0) is mapped.
   [[nodiscard]] bool fully_mapped(std::uintptr_t addr, std::size_t bytes) const noexcept {
     const std::size_t last = page_of(addr + bytes - 1) + 1;
@@ -108,6 +110,8 @@ class stream_arena {
   /// The epoch of the last free that touched page i.
   [[nodiscard]] std::uint64_t page_epoch(std::size_t i) const noexcept { return page_epoch_[i]; }
   [[nodiscard]] bool idle(std::uint64_t epoch) const noexcept { return epoch <= completed_; }
+  /// Frees stamped with the open epoch so far.
+  [[nodiscard]] std::size_t open_frees() const noexcept { return open_frees_; }
   /// True while some free is not yet known to be idle.
   [[nodiscard]] bool has_busy_epochs() const noexcept { return dirty_ || !sealed_.empty(); }
   /// Records an event closing the open epoch (nothing when it holds no free).
@@ -140,6 +144,7 @@ class stream_arena {
   std::uint64_t open_ = 1;
   std::uint64_t completed_ = 0;
   bool dirty_ = false;
+  std::size_t open_frees_ = 0;
   std::deque<sealed_epoch> sealed_;
 };
 

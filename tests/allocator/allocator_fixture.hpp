@@ -98,4 +98,31 @@ inline bool holds(const void* p, std::size_t bytes, std::uint32_t seed) {
   return true;
 }
 
+/// Stamps `bytes` at `p` every 64 KiB and in its last 8 bytes (bytes >= 8)
+/// from `seed`: cheap enough for large blocks, and any page of the block
+/// mapped twice, or shared with another live block, overwrites a stamp.
+inline void stamp(void* p, std::size_t bytes, std::uint64_t seed) {
+  constexpr std::size_t every = std::size_t{64} * 1024;
+  auto* b = static_cast<unsigned char*>(p);
+  for (std::size_t off = 0; off + 16 <= bytes; off += every) {  // clear of the tail
+    const std::uint64_t v = seed * 0x9e3779b97f4a7c15ULL + off;
+    std::memcpy(b + off, &v, 8);
+  }
+  const std::uint64_t tail = ~seed;
+  std::memcpy(b + bytes - 8, &tail, 8);
+}
+
+/// True when `bytes` at `p` still hold stamp(p, bytes, seed).
+inline bool stamped(const void* p, std::size_t bytes, std::uint64_t seed) {
+  constexpr std::size_t every = std::size_t{64} * 1024;
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t v = 0;
+  for (std::size_t off = 0; off + 16 <= bytes; off += every) {
+    std::memcpy(&v, b + off, 8);
+    if (v != seed * 0x9e3779b97f4a7c15ULL + off) return false;
+  }
+  std::memcpy(&v, b + bytes - 8, 8);
+  return v == ~seed;
+}
+
 }  // namespace strata::testing

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -257,29 +256,6 @@ TEST(Defrag, ReservedStaysWithinLiveBytesPlusEdgePages) {
   EXPECT_LE(static_cast<std::size_t>(stat_of(*a, "reserved_bytes.all.peak")), max_bound)
       << "seed " << seed;
   EXPECT_GT(stat_of(*a, "num_stitches"), 0) << "seed " << seed;
-}
-
-// Stamps every 64 KiB of a block (and its last bytes): a page mapped twice
-// under one block, or under two live blocks, overwrites a stamp.
-void stamp(void* p, std::size_t n, std::uint64_t seed) {
-  auto* b = static_cast<unsigned char*>(p);
-  for (std::size_t off = 0; off + 16 <= n; off += 64 * 1024) {  // clear of the tail
-    const std::uint64_t v = seed * 0x9e3779b97f4a7c15ULL + off;
-    std::memcpy(b + off, &v, 8);
-  }
-  const std::uint64_t tail = ~seed;
-  std::memcpy(b + n - 8, &tail, 8);
-}
-
-bool stamped(const void* p, std::size_t n, std::uint64_t seed) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t v = 0;
-  for (std::size_t off = 0; off + 16 <= n; off += 64 * 1024) {
-    std::memcpy(&v, b + off, 8);
-    if (v != seed * 0x9e3779b97f4a7c15ULL + off) return false;
-  }
-  std::memcpy(&v, b + n - 8, 8);
-  return v == ~seed;
 }
 
 // Three streams stitch, repair and reuse each other's pages (frees on the

@@ -120,6 +120,16 @@ TEST(StepReplay, TheHistoryWrapsAround) {
   }
 }
 
+TEST(StepReplay, ARepairIsRememberedForTheNextRequestOnly) {
+  step_replay r;
+  r.reserve();
+  r.note_repair();
+  r.record(4096, 0x1000, step_replay::none);
+  r.record(4096, 0x2000, step_replay::none);
+  EXPECT_TRUE(r.repaired(0));
+  EXPECT_FALSE(r.repaired(1));
+}
+
 TEST(StepReplay, RepeatingNeedsAboutHalfTheRecentRequestsAvailable) {
   step_replay r;
   EXPECT_FALSE(r.repeating());

@@ -226,24 +226,39 @@ TEST(ProfilerTrace, AWarmReplayOfRepeatedStepsMakesNoDriverCall) {
 // The snapshots hold whole runs: GPT-2 six steps, Qwen2.5 four (the first
 // unlike the rest, with the optimizer's state made at its end). Step replay
 // puts each large request back where the same request was a step or two
-// earlier, so the second half maps a fraction of what first fit alone
-// stitched there (5504 and 14252 calls; bench/RESULTS.md, "Defragmentation
-// on the timeline"), within 1.01 x peak live.
-TEST(H100Snapshots, StepReplayMapsLittleInTheSecondHalf) {
-  const std::pair<const char*, std::uint64_t> cases[] = {
-      {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 1000},
-      {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 8000}};
-  for (const auto& [name, most] : cases) {
-    auto t = read_trace(h100 + name, 0);
+// earlier, and a range free but for a few pages live elsewhere is repaired
+// (those pages unmapped there, the holes mapped) instead of stitched anew,
+// so the second half maps a fraction of what first fit alone stitched there
+// (5504 and 14252 calls; bench/RESULTS.md, "Defragmentation on the
+// timeline"), within 1.01 x peak live. Replayed once more (warm, as a job's
+// later steps are), the layout has settled: little is left to map.
+TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
+  struct replay_case {
+    const char* name;
+    std::size_t warmup;
+    std::uint64_t most;
+  };
+  const replay_case cases[] = {{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 900},
+                               {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 1, 300},
+                               {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 0, 3000},
+                               {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 1, 600}};
+  for (const replay_case& c : cases) {
+    auto t = read_trace(h100 + c.name, 0);
     ASSERT_TRUE(t.ok()) << t.error().to_string();
     replay_options o;
     o.timeline = true;
+    o.warmup = c.warmup;
     auto r = replay(*t, o);
     ASSERT_TRUE(r.ok()) << r.error().to_string();
-    EXPECT_LE(r->timeline.second_half_driver_calls, most)
-        << name << ": " << timeline_line(r->timeline);
-    EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live))
-        << name;
+    EXPECT_LE(r->timeline.second_half_driver_calls, c.most)
+        << c.name << " warmup " << c.warmup << ": " << timeline_line(r->timeline);
+    // Warm, the pages of the first pass stay reserved into the second,
+    // whose first step lays out differently (1.044 x for Qwen2.5 before
+    // and after repairs): the bound is the cold replay's.
+    if (c.warmup == 0) {
+      EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live))
+          << c.name;
+    }
   }
 }
 
