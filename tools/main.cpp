@@ -118,8 +118,15 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   plan->add_option("--offload-params", po.offload_params, "none, host or nvme (ZeRO-3)")
       ->capture_default_str();
-  plan->add_option("--tflops", po.setup.rates.tflops, "Achieved TFLOP/s per GPU (bf16)")
+  plan->add_option("--gpu", po.gpu,
+                   "The GPU whose achieved rates time the step: h100 (docs/plan.md)")
       ->capture_default_str();
+  auto* tflops = plan->add_option("--tflops", po.setup.rates.tflops,
+                                  "Achieved TFLOP/s per GPU of matmuls and attention (bf16; "
+                                  "default: --gpu's)");
+  auto* hbm_gbps = plan->add_option("--hbm-gbps", po.setup.rates.hbm_gbps,
+                                    "Achieved GB/s of the memory-bound kernels per GPU "
+                                    "(default: --gpu's)");
   plan->add_option("--nvlink-gbps", po.setup.rates.nvlink_gbps,
                    "Collective bus bandwidth within a node, GB/s")
       ->capture_default_str();
@@ -146,6 +153,8 @@ int main(int argc, char** argv) try {
   if (*demo) return strata::run_demo(spec);
   if (*replay) return strata::run_replay(ro);
   po.nvme_gbps_given = nvme_gbps->count() > 0;
+  po.tflops_given = tflops->count() > 0;
+  po.hbm_gbps_given = hbm_gbps->count() > 0;
   if (*plan) return strata::run_plan(po);
   return 0;
 } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "plan/gpu_presets.hpp"
 #include "plan/nvme_rate.hpp"
 #include "plan/planner.hpp"
 #include "report_file.hpp"
@@ -54,6 +55,18 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
                     "give --model (a preset) or the shape: --layers, --hidden, --heads, --vocab"};
     }
   }
+  const plan::gpu_preset* gpu = plan::find_gpu_preset(o.gpu);
+  if (gpu == nullptr) {
+    std::string known;
+    for (const plan::gpu_preset& p : plan::gpu_presets()) {
+      known += (known.empty() ? "" : ", ") + std::string(p.name);
+    }
+    return status{errc::invalid_argument, "--gpu " + o.gpu + ": not a GPU the plan knows (" +
+                                              known +
+                                              "); give --tflops and --hbm-gbps for another"};
+  }
+  if (!o.tflops_given) s.rates.tflops = gpu->tflops;
+  if (!o.hbm_gbps_given) s.rates.hbm_gbps = gpu->hbm_gbps;
   auto memory = parse_byte_size("--gpu-memory", o.gpu_memory);
   if (!memory) return memory.error();
   s.gpu_memory = *memory;

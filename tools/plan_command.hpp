@@ -27,6 +27,10 @@ struct plan_command_options {
   /// Measure the NVMe rate here (unless nvme_gbps_given), docs/plan.md.
   std::string nvme_dir;
   bool nvme_gbps_given = false;
+  /// The GPU preset (plan/gpu_presets.hpp) whose rates apply unless given.
+  std::string gpu = "h100";
+  bool tflops_given = false;
+  bool hbm_gbps_given = false;
 };
 
 /// Runs the plan and prints the report. Returns 0 when the job fits, 2

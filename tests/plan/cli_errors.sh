@@ -31,6 +31,8 @@ expect "--gpus must be from 1 to 4096" --model gpt2 --zero 3 --gpus 5000
 expect "--gpu-memory 16 TiB is more than 1 TiB" --model gpt2 --gpu-memory 16TiB
 expect "--tflops must be from 0.001" --model gpt2 --tflops 0
 expect "--tflops must be from 0.001" --model gpt2 --tflops 1e-9
+expect "--hbm-gbps must be from 0.001" --model gpt2 --hbm-gbps 0
+expect "--gpu a100: not a GPU the plan knows \(h100\)" --model gpt2 --gpu a100
 expect "--nvlink-gbps must be from 0.001" --model gpt2 --nvlink-gbps 0
 expect "--nvme-gbps must be from 0.001" --model gpt2 --nvme-gbps 0
 expect "--model gpt2 has its own shape" --model gpt2 --layers 3

@@ -15,6 +15,7 @@
 #include "plan/pytorch_allocator.hpp"
 #include "plan/step_run.hpp"
 #include "plan/step_schedule.hpp"
+#include "plan/step_time.hpp"
 #include "replay/alloc_trace.hpp"
 
 namespace strata::plan {
@@ -297,6 +298,36 @@ TEST(PlanCalibration, AmpPeaksMatchTheH100Runs) {
     const double gib = static_cast<double>(m->peak_tensors) / (1ULL << 30);
     EXPECT_GE(gib, 0.95 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
     EXPECT_LE(gib, 1.10 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
+  }
+}
+
+// Step time from the H100 preset's achieved rates (--gpu h100, the
+// default): GPT-2's 75 ms is what the memory rate was fitted to; the
+// checkpointed GPT-2 step (87-93 ms measured) checks it. Qwen2.5-0.5B's
+// step is modeled 25% long (202 ms against 157-167): its larger matmuls
+// run faster than GPT-2's and its loss section moves less than modeled,
+// and no trace of it separates the two (docs/plan.md, "Step time").
+TEST(PlanCalibration, StepTimesFromTheH100PresetMatchTheRuns) {
+  struct run {
+    const char* model;
+    std::uint64_t batch;
+    std::uint64_t seq;
+    bool checkpointing;
+    double low_ms;
+    double high_ms;
+  };
+  for (const run& r : {run{"gpt2", 8, 1024, false, 71, 79}, run{"gpt2", 8, 1024, true, 85, 95},
+                       run{"qwen2.5-0.5b", 4, 2048, false, 150, 210}}) {
+    plan_setup s = preset(r.model);
+    s.dtype = precision::amp;
+    s.micro_batch = r.batch;
+    s.seq = r.seq;
+    s.checkpointing = r.checkpointing;
+    auto t = simulate_step_time(s);
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    const double ms = t->total() * 1e3;
+    EXPECT_GE(ms, r.low_ms) << r.model << (r.checkpointing ? " checkpointed" : "");
+    EXPECT_LE(ms, r.high_ms) << r.model << (r.checkpointing ? " checkpointed" : "");
   }
 }
 

@@ -4,6 +4,7 @@
 // times of docs/plan.md, "Step time").
 #include <gtest/gtest.h>
 
+#include "plan/memory_traffic.hpp"
 #include "plan/step_ranks.hpp"
 #include "plan/step_time.hpp"
 
@@ -26,6 +27,9 @@ plan_setup small_job(std::uint64_t gpus) {
   s.micro_batch = 4;
   s.seq = 2048;
   s.rates.driver_costs = false;  // the arithmetic below has no driver calls in it
+  // Nor memory-bound kernels (instant at rate 0): matmuls and links only,
+  // but in PlanStepTime.MemoryBoundKernelsTakeTheirBytesAtTheMemoryRate.
+  s.rates.hbm_gbps = 0;
   return s;
 }
 
@@ -77,6 +81,29 @@ TEST(PlanStepTime, OneGpuTakesItsFlopsAtTheComputeRate) {
   s.grad_accum = 1;
   s.dtype = precision::fp32;  // at 1/8 of the bf16 rate
   EXPECT_NEAR(simulate(s).compute, 8 * flop_seconds(s, 3 * forward), 1e-12);
+}
+
+// The memory-bound kernels (memory_traffic.hpp) after each unit's
+// matmuls: a layer's traffic forward, twice it backward (and once more
+// recomputed when checkpointed), the head's likewise, then Adam's over
+// every trainable parameter once a step.
+TEST(PlanStepTime, MemoryBoundKernelsTakeTheirBytesAtTheMemoryRate) {
+  plan_setup s = small_job(1);
+  s.rates.hbm_gbps = 1000;
+  const memory_traffic m = memory_traffic_of(s);
+  ASSERT_GT(m.layer, 0);
+  ASSERT_GT(m.head, 0);
+  const double flops =
+      3 * (4 * layer_forward(s) + 2.0 * static_cast<double>(outer_params(s.model)) * tokens(s));
+  const double adam = m.optimizer_per_param * static_cast<double>(trainable_params(s));
+  const double bytes = (1 + backward_traffic) * (4 * m.layer + m.head) + adam;
+  EXPECT_NEAR(simulate(s).compute, flop_seconds(s, flops) + bytes / 1e12, 1e-12);
+  s.checkpointing = true;
+  EXPECT_NEAR(simulate(s).compute,
+              flop_seconds(s, flops + 4 * layer_forward(s)) + (bytes + 4 * m.layer) / 1e12, 1e-12);
+  s.checkpointing = false;
+  s.grad_accum = 2;  // Adam once a step
+  EXPECT_NEAR(simulate(s).compute, flop_seconds(s, 2 * flops) + (2 * bytes - adam) / 1e12, 1e-12);
 }
 
 // DDP, through Strata's gradient buckets: each unit's gradients (25 MB

@@ -160,6 +160,9 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
          seconds(t.compute) + " + exposed collectives " + seconds(t.exposed_collectives) + " (of " +
          seconds(t.collectives) + ") + exposed offload " + seconds(t.exposed_transfers) + " (of " +
          seconds(t.transfers) + ")\n";
+  out += "  at " + format_rate(p.setup.rates.tflops) + " TFLOP/s for matmuls and attention and " +
+         format_rate(p.setup.rates.hbm_gbps) +
+         " GB/s for memory-bound kernels (achieved rates: --gpu, --tflops, --hbm-gbps)\n";
   if (t.params.gathers > 0) {
     out +=
         "  ZeRO-3's parameters through Strata's prefetcher: " + std::to_string(t.params.gathers) +

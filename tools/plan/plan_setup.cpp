@@ -8,16 +8,11 @@
 
 namespace strata::plan {
 
-namespace {
-
-// A rate as the user would write it (%g: 0.001, 1e+06, nan).
 std::string format_rate(double v) {
   std::array<char, 32> text{};
   std::snprintf(text.data(), text.size(), "%g", v);
   return text.data();
 }
-
-}  // namespace
 
 status check_setup(const plan_setup& s) {
   const auto bad = [](const std::string& why) { return status{errc::invalid_argument, why}; };
@@ -40,7 +35,8 @@ status check_setup(const plan_setup& s) {
                format_bytes(max_gpu_memory));
   }
   for (const auto& [flag, v] :
-       {std::pair{"--tflops", s.rates.tflops}, std::pair{"--nvlink-gbps", s.rates.nvlink_gbps},
+       {std::pair{"--tflops", s.rates.tflops}, std::pair{"--hbm-gbps", s.rates.hbm_gbps},
+        std::pair{"--nvlink-gbps", s.rates.nvlink_gbps},
         std::pair{"--network-gbps", s.rates.network_gbps},
         std::pair{"--pcie-gbps", s.rates.pcie_gbps}, std::pair{"--nvme-gbps", s.rates.nvme_gbps}}) {
     // Written to pass only a number in range: NaN fails it too.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "plan/gpu_presets.hpp"
 #include "plan/model_shape.hpp"
 
 namespace strata::plan {
@@ -25,11 +26,13 @@ enum class offload_to : std::uint8_t { none, host, nvme };
 
 /// The rates of the step-time model (docs/plan.md): achieved, not peak.
 struct hardware_rates {
-  double tflops = 400;       ///< achieved dense TFLOP/s per GPU (bf16; fp32 at 1/8 of it)
-  double nvlink_gbps = 150;  ///< collective bus bandwidth within a node, GB/s per GPU
-  double network_gbps = 25;  ///< collective bus bandwidth across nodes, GB/s per GPU
-  double pcie_gbps = 25;     ///< host <-> device, GB/s per GPU
-  double nvme_gbps = 3;      ///< NVMe read or write, GB/s per node
+  /// achieved TFLOP/s of matmuls and attention per GPU (bf16; fp32 at 1/8 of it)
+  double tflops = h100_preset.tflops;
+  double hbm_gbps = h100_preset.hbm_gbps;  ///< achieved GB/s of memory-bound kernels per GPU
+  double nvlink_gbps = 150;                ///< collective bus bandwidth within a node, GB/s per GPU
+  double network_gbps = 25;                ///< collective bus bandwidth across nodes, GB/s per GPU
+  double pcie_gbps = 25;                   ///< host <-> device, GB/s per GPU
+  double nvme_gbps = 3;                    ///< NVMe read or write, GB/s per node
   /// CPU Adam, 10^9 parameters per second per node (ZeRO-Offload's
   /// CPU-Adam: about 0.25 s for 10^9 parameters on one server)
   double host_adam_gparams = 4.0;
@@ -72,6 +75,9 @@ inline constexpr std::uint64_t max_seq = std::uint64_t{1} << 20;
 inline constexpr std::uint64_t max_grad_accum = 65536;
 inline constexpr double min_rate = 1e-3;
 inline constexpr double max_rate = 1e6;
+
+/// A rate as the user would write it (%g: 0.001, 2600, 1e+06, nan).
+[[nodiscard]] std::string format_rate(double v);
 
 /// invalid_argument naming what is wrong, in the command's flags: a count
 /// out of its range (GPUs, batch, sequence, accumulation), nodes not

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plan/checked.hpp"
+#include "plan/memory_traffic.hpp"
 #include "plan/sharded_params.hpp"
 #include "strata/communicator.hpp"
 #include "strata/gradient_buckets.hpp"
@@ -20,6 +21,7 @@ namespace {
 // layer, or the embeddings with the head (`outer_params`).
 struct unit {
   double forward_flops = 0;  // one micro-batch
+  double forward_bytes = 0;  // one micro-batch: memory-bound kernels' traffic (memory_traffic)
   std::size_t shard = 0;     // ZeRO-3: elements of this rank's parameter shard
   std::size_t grads = 0;     // trainable elements (their gradients)
   bool layer = true;         // false: embeddings and head (never recomputed)
@@ -34,6 +36,7 @@ struct step_shape {
   dtype type = dtype::bf16;
   double element = 2;            // bytes of a parameter or gradient element
   double optimizer_seconds = 0;  // host work of the offloaded optimizer step
+  double optimizer_bytes = 0;    // the optimizer step on the GPU: its kernels' traffic
   double nvme_gbps = 0;          // one GPU's share of the node's NVMe (0: instant)
 };
 
@@ -57,12 +60,17 @@ step_shape shape_of(const plan_setup& s, timed_parts parts) {
   const auto shard = [&](std::uint64_t params) {
     return s.zero == 3 ? ceil_div(params, z.ranks) : std::size_t{0};
   };
+  const memory_traffic traffic = memory_traffic_of(s);
   for (std::uint64_t l = 0; l < m.layers; ++l) {
     z.forward.push_back({2.0 * static_cast<double>(layer_params(m)) * tokens + attention,
-                         shard(layer_params(m)), layer_grads, true});
+                         traffic.layer, shard(layer_params(m)), layer_grads, true});
   }
-  z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens, shard(outer_params(m)),
-                       outer_grads, false});
+  z.forward.push_back({2.0 * static_cast<double>(outer_params(m)) * tokens, traffic.head,
+                       shard(outer_params(m)), outer_grads, false});
+  if (s.optimizer == offload_to::none) {
+    z.optimizer_bytes = traffic.optimizer_per_param * static_cast<double>(trainable) /
+                        static_cast<double>(s.zero > 0 ? z.ranks : 1);
+  }
   for (std::size_t i = 0; i < z.forward.size(); ++i) z.forward[i].index = i;
   if (!parts.transfers) return z;
   const std::uint64_t gpus_per_node = s.gpus / s.nodes;  // check_setup: nodes divide gpus
@@ -175,6 +183,7 @@ class rank_step {
     }
     if (params_) params_->end_step();  // the shards are updated between steps
     if (s_.optimizer != offload_to::none) optimizer_on_host();
+    if (z_.optimizer_bytes > 0) optimizer_on_gpu();
     if (s_.zero == 1 || s_.zero == 2) {  // the updated parameters, to every rank
       for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
     }
@@ -201,7 +210,12 @@ class rank_step {
     if (params.empty()) return;
     buckets_ = checked(gradient_buckets::create(*group_, params, comm_));
   }
-  void kernel(double flops) { check(dev_.queue_modeled_kernel(compute_, flops, 0)); }
+  // The matmuls at the matmul rate, then the memory-bound kernels at the
+  // memory rate (one after the other on the stream: their times add).
+  void kernel(double flops, double bytes) {
+    check(dev_.queue_modeled_kernel(compute_, flops, 0));
+    if (bytes > 0) check(dev_.queue_modeled_kernel(compute_, 0, bytes));
+  }
   void host_work(const double* seconds) {
     check(dev_.launch_timed_host_fn(copy_, &take_host_time, const_cast<double*>(seconds)));
   }
@@ -227,8 +241,11 @@ class rank_step {
   void pass(const std::vector<unit>& units, bool backward, bool last_micro) {
     for (const unit& u : units) {
       if (params_) params_->acquire(u.index, compute_);
-      if (backward && s_.checkpointing && u.layer) kernel(u.forward_flops);  // recompute
-      kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops);
+      if (backward && s_.checkpointing && u.layer) {
+        kernel(u.forward_flops, u.forward_bytes);  // recompute
+      }
+      kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops,
+             backward ? backward_traffic * u.forward_bytes : u.forward_bytes);
       check(dev_.record_event(done_, compute_));
       if (params_) params_->release(u.index, compute_);
       if (backward) reduce(u, last_micro);
@@ -254,6 +271,16 @@ class rank_step {
     wait(copy_, reduced_);
     copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
          copy_direction::device_to_host);
+  }
+
+  // The optimizer step on the GPU once the gradients are reduced: Adam's
+  // kernels are memory-bound. The parameters' gathers wait for it.
+  void optimizer_on_gpu() {
+    check(dev_.record_event(reduced_, comm_));
+    wait(compute_, reduced_);
+    kernel(0, z_.optimizer_bytes);
+    check(dev_.record_event(done_, compute_));
+    wait(comm_, done_);
   }
 
   // CPU Adam over this rank's part (and the node's NVMe traffic), then the
@@ -355,6 +382,7 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   // observed ready order once, at the second step, and copy it over.
   o.device = "sim:capacity=" + format_byte_option(buffer + 2 * gradients + params + granularity) +
              ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
+             ",d2d_gbps=" + std::to_string(parts.compute ? r.hbm_gbps : 0) +
              ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie) +
              (r.driver_costs ? "" : ",driver_costs=none");
   o.log_ooms = false;

@@ -1,0 +1,28 @@
+// GPUs whose achieved rates time a plan's step (`strata plan --gpu`,
+// docs/plan.md "Step time"). Achieved, not peak: what a training step's
+// kernels reach on that GPU, measured, so a plan's step time is the one a
+// user sees.
+//
+// Thread safety: constant data.
+#pragma once
+
+#include <span>
+#include <string_view>
+
+namespace strata::plan {
+
+struct gpu_preset {
+  std::string_view name;
+  double tflops;    ///< matmuls and attention, bf16, 10^12 FLOP/s
+  double hbm_gbps;  ///< memory-bound kernels (elementwise, norms, softmax, Adam), GB/s
+};
+
+/// H100 80GB HBM3 (gpu_presets.cpp says how it was measured).
+inline constexpr gpu_preset h100_preset{"h100", 281, 2600};
+
+/// Every preset.
+[[nodiscard]] std::span<const gpu_preset> gpu_presets();
+/// The preset named `name`, or null.
+[[nodiscard]] const gpu_preset* find_gpu_preset(std::string_view name);
+
+}  // namespace strata::plan
