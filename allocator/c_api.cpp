@@ -59,15 +59,15 @@ const char* last_error_message() {
 }
 
 allocator* borrow(strata_allocator* handle) {
-  if (handle == nullptr) return nullptr;
-  handle->users.fetch_add(1, std::memory_order_acq_rel);
-  allocator* a = handle->impl.load(std::memory_order_acquire);
-  if (a == nullptr) handle->users.fetch_sub(1, std::memory_order_acq_rel);
-  return a;
+  return borrow_from(handle);
 }
 
 void give_back(strata_allocator* handle) {
-  handle->users.fetch_sub(1, std::memory_order_acq_rel);
+  give_back_to(handle);
+}
+
+result<allocator_options> options_from_conf(const char* conf) {
+  return conf != nullptr ? parse_allocator_conf(conf) : allocator_options_from_env();
 }
 
 }  // namespace strata::c_api
@@ -102,32 +102,24 @@ const char* strata_last_error_message(void) {
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
   if (out == nullptr) return strata::c_api::null_output();
-  auto options =
-      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  auto options = strata::c_api::options_from_conf(conf);
   if (!options) return fail(options.error());
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());
-  auto* handle = strata::c_api::new_slot<strata_allocator>();
-  // NOLINTNEXTLINE(cppcoreguidelines-owning-memory): the slot owns it until destroy
-  handle->impl.store(new strata::allocator(strata::allocator_access::wrap(std::move(*made))),
-                     std::memory_order_release);
-  *out = handle;
+  *out = strata::c_api::new_handle<strata_allocator>(
+      std::make_unique<strata::allocator>(strata::allocator_access::wrap(std::move(*made))));
   return STRATA_OK;
 }
 
 strata_status strata_allocator_destroy(strata_allocator* a) {
-  if (a == nullptr) return no_allocator(a);
-  if (const unsigned users = a->users.load(std::memory_order_acquire);
-      users != 0 && get(a) != nullptr) {
+  if (const unsigned users = strata::c_api::users_of(a); users != 0) {
     return fail(strata::status{
         strata::errc::invalid_argument,
         std::to_string(users) +
             " handle(s) made over this allocator still use it (residency managers, "
             "communicators, kernels, gradient buckets or prefetchers): destroy them first"});
   }
-  strata::allocator* impl = a->impl.exchange(nullptr, std::memory_order_acq_rel);
-  if (impl == nullptr) return no_allocator(a);
-  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  if (strata::c_api::take_object(a) == nullptr) return no_allocator(a);
   return STRATA_OK;
 }
 

@@ -23,15 +23,11 @@ struct strata_comm {
 namespace strata::c_api {
 
 communicator* borrow(strata_comm* handle) {
-  if (handle == nullptr) return nullptr;
-  handle->users.fetch_add(1, std::memory_order_acq_rel);
-  communicator* c = handle->impl.load(std::memory_order_acquire);
-  if (c == nullptr) handle->users.fetch_sub(1, std::memory_order_acq_rel);
-  return c;
+  return borrow_from(handle);
 }
 
 void give_back(strata_comm* handle) {
-  handle->users.fetch_sub(1, std::memory_order_acq_rel);
+  give_back_to(handle);
 }
 
 }  // namespace strata::c_api
@@ -58,13 +54,12 @@ strata::result<strata::reduce_op> op_of(const strata_reduce_op& op) {
 }
 
 strata_comm* wrap(std::unique_ptr<strata::communicator> c, strata_allocator* allocator) {
-  auto* handle = strata::c_api::new_slot<strata_comm>();
+  auto* handle = strata::c_api::new_handle<strata_comm>(std::move(c));
   handle->allocator = allocator;
   // The caller's borrow keeps it alive until strata_comm_destroy: look the
   // allocator up once (a borrow ended at once changes no count).
   handle->owner = strata::c_api::borrow(allocator);
   if (handle->owner != nullptr) strata::c_api::give_back(allocator);
-  handle->impl.store(c.release(), std::memory_order_release);
   return handle;
 }
 
@@ -209,15 +204,12 @@ strata_status strata_comm_create_nccl_from_env(strata_allocator* allocator, stra
 }
 
 strata_status strata_comm_destroy(strata_comm* c) {
-  if (c == nullptr) return no_comm(c);
-  if (c->users.load(std::memory_order_acquire) != 0 && slot_target(c) != nullptr) {
+  if (strata::c_api::users_of(c) != 0) {
     return fail(strata::errc::invalid_argument,
                 "the communicator is still used by gradient buckets or a prefetcher: destroy "
                 "them first");
   }
-  strata::communicator* impl = c->impl.exchange(nullptr, std::memory_order_acq_rel);
-  if (impl == nullptr) return no_comm(c);
-  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  if (strata::c_api::take_object(c) == nullptr) return no_comm(c);
   strata::c_api::give_back(c->allocator);
   return STRATA_OK;
 }

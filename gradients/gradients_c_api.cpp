@@ -35,8 +35,7 @@ strata::result<std::unique_ptr<strata::gradient_buckets>> make(strata::communica
     if (!t) return t.error();
     ps.push_back({params[p].count, *t});
   }
-  auto all =
-      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  auto all = strata::c_api::options_from_conf(conf);
   if (!all) return all.error();
   auto options = strata::bucket_options_from(*all);
   if (!options) return options.error();
@@ -61,18 +60,14 @@ strata_status strata_gradient_buckets_create(strata_comm* comm, const strata_gra
     strata::c_api::give_back(comm);
     return fail(made.error());
   }
-  auto* handle = strata::c_api::new_slot<strata_gradient_buckets>();
+  auto* handle = strata::c_api::new_handle<strata_gradient_buckets>(std::move(*made));
   handle->comm = comm;
-  handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
 }
 
 strata_status strata_gradient_buckets_destroy(strata_gradient_buckets* b) {
-  if (b == nullptr) return no_buckets(b);
-  strata::gradient_buckets* impl = b->impl.exchange(nullptr, std::memory_order_acq_rel);
-  if (impl == nullptr) return no_buckets(b);
-  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  if (strata::c_api::take_object(b) == nullptr) return no_buckets(b);
   strata::c_api::give_back(b->comm);
   return STRATA_OK;
 }

@@ -108,17 +108,14 @@ strata_status strata_kernels_create(strata_allocator* allocator, unsigned thread
   s->pool = std::move(*pool);
   s->alloc = a;
   if (a != nullptr) s->streams = std::make_unique<strata::stream_kernels>(a->dev(), *s->pool);
-  auto* handle = strata::c_api::new_slot<strata_kernels>();
+  auto* handle = strata::c_api::new_handle<strata_kernels>(std::move(s));
   handle->allocator = allocator;
-  handle->impl.store(s.release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
 }
 
 strata_status strata_kernels_destroy(strata_kernels* k) {
-  if (k == nullptr) return no_handle(k);
-  const std::unique_ptr<strata_kernels::state> s(
-      k->impl.exchange(nullptr, std::memory_order_acq_rel));
+  const std::unique_ptr<strata_kernels::state> s = strata::c_api::take_object(k);
   if (s == nullptr) return no_handle(k);
   // Kernels still queued on `sim` run on this pool: let them finish first.
   const strata::status drained =

@@ -41,26 +41,21 @@ strata_status strata_prefetcher_create(strata_residency* residency, const char* 
                                                     ? "null residency manager handle"
                                                     : "the residency manager was destroyed");
   }
-  auto options =
-      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  auto options = strata::c_api::options_from_conf(conf);
   auto made = options ? strata::prefetcher::create(*buffers, options->offload)
                       : strata::result<std::unique_ptr<strata::prefetcher>>(options.error());
   if (!made) {
     strata::c_api::give_back(residency);
     return fail(made.error());
   }
-  auto* handle = strata::c_api::new_slot<strata_prefetcher>();
+  auto* handle = strata::c_api::new_handle<strata_prefetcher>(std::move(*made));
   handle->residency = residency;
-  handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
 }
 
 strata_status strata_prefetcher_destroy(strata_prefetcher* p) {
-  if (p == nullptr) return no_prefetcher(p);
-  strata::prefetcher* impl = p->impl.exchange(nullptr, std::memory_order_acq_rel);
-  if (impl == nullptr) return no_prefetcher(p);
-  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  if (strata::c_api::take_object(p) == nullptr) return no_prefetcher(p);
   strata::c_api::give_back(p->residency);
   std::lock_guard lock(p->mu);
   for (strata_comm* c : p->comms) strata::c_api::give_back(c);

@@ -16,15 +16,11 @@ struct strata_residency {
 namespace strata::c_api {
 
 residency_manager* borrow(strata_residency* handle) {
-  if (handle == nullptr) return nullptr;
-  handle->users.fetch_add(1, std::memory_order_acq_rel);
-  residency_manager* r = handle->impl.load(std::memory_order_acquire);
-  if (r == nullptr) handle->users.fetch_sub(1, std::memory_order_acq_rel);
-  return r;
+  return borrow_from(handle);
 }
 
 void give_back(strata_residency* handle) {
-  handle->users.fetch_sub(1, std::memory_order_acq_rel);
+  give_back_to(handle);
 }
 
 result<access_mode> access_mode_of(const strata_access_mode& mode) {
@@ -67,30 +63,25 @@ strata_status strata_residency_create(strata_allocator* allocator, const char* c
     return fail(strata::errc::invalid_argument,
                 allocator == nullptr ? "null allocator handle" : "the allocator was destroyed");
   }
-  auto options =
-      conf != nullptr ? strata::parse_allocator_conf(conf) : strata::allocator_options_from_env();
+  auto options = strata::c_api::options_from_conf(conf);
   auto made = options ? strata::residency_manager::create(*device, options->offload)
                       : strata::result<std::unique_ptr<strata::residency_manager>>(options.error());
   if (!made) {
     strata::c_api::give_back(allocator);
     return fail(made.error());
   }
-  auto* handle = strata::c_api::new_slot<strata_residency>();
+  auto* handle = strata::c_api::new_handle<strata_residency>(std::move(*made));
   handle->allocator = allocator;
-  handle->impl.store(made->release(), std::memory_order_release);
   *out = handle;
   return STRATA_OK;
 }
 
 strata_status strata_residency_destroy(strata_residency* r) {
-  if (r == nullptr) return no_manager(r);
-  if (r->users.load(std::memory_order_acquire) != 0 && slot_target(r) != nullptr) {
+  if (strata::c_api::users_of(r) != 0) {
     return fail(strata::errc::invalid_argument,
                 "the residency manager still has a prefetcher: destroy it first");
   }
-  strata::residency_manager* impl = r->impl.exchange(nullptr, std::memory_order_acq_rel);
-  if (impl == nullptr) return no_manager(r);
-  delete impl;  // NOLINT(cppcoreguidelines-owning-memory)
+  if (strata::c_api::take_object(r) == nullptr) return no_manager(r);
   strata::c_api::give_back(r->allocator);
   return STRATA_OK;
 }

@@ -4,7 +4,11 @@
 //
 // A handle is a small slot that outlives what it names: destroy empties the
 // slot (which keeps its bytes until the process exits), so later calls with
-// the handle are reported as errors instead of touching freed memory.
+// the handle are reported as errors instead of touching freed memory. Every
+// C API here writes a handle the same way: new_handle() to create,
+// borrow_from()/give_back_to() for a handle built over another (counted, so
+// the other's destroy refuses while users_of() it remain), take_object() to
+// destroy, options_from_conf() for a create call's `conf`.
 //
 // Thread safety: every function may be called from any thread; the last
 // error is per thread.
@@ -13,9 +17,11 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "strata/error.hpp"
 #include "strata/export.hpp"
@@ -38,6 +44,55 @@ Slot* new_slot() {
 template <class Slot>
 auto slot_target(Slot* slot) {
   return slot == nullptr ? nullptr : slot->impl.load(std::memory_order_acquire);
+}
+
+/// The object type a slot names (its `impl` is a std::atomic<T*>).
+template <class Slot>
+using slot_object = std::remove_pointer_t<decltype(std::declval<Slot&>().impl.load())>;
+
+/// A new slot naming `object`, which it owns until take_object().
+template <class Slot>
+Slot* new_handle(std::unique_ptr<slot_object<Slot>> object) {
+  Slot* slot = new_slot<Slot>();
+  slot->impl.store(object.release(), std::memory_order_release);
+  return slot;
+}
+
+/// For slots with a use count (an atomic `users` member): the object
+/// `slot` names, counted as in use until give_back_to(slot); null, with
+/// nothing counted, for a null slot or a destroyed object. A handle built
+/// over another borrows it for its whole life, so the other's destroy can
+/// refuse while it is used (users_of).
+template <class Slot>
+slot_object<Slot>* borrow_from(Slot* slot) {
+  if (slot == nullptr) return nullptr;
+  slot->users.fetch_add(1, std::memory_order_acq_rel);
+  slot_object<Slot>* object = slot->impl.load(std::memory_order_acquire);
+  if (object == nullptr) slot->users.fetch_sub(1, std::memory_order_acq_rel);
+  return object;
+}
+
+/// Ends one borrow_from(slot).
+template <class Slot>
+void give_back_to(Slot* slot) {
+  slot->users.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+/// The borrows counted on `slot` while its object is alive (0 once it is
+/// destroyed, or for a null slot).
+template <class Slot>
+unsigned users_of(Slot* slot) {
+  return slot_target(slot) != nullptr ? slot->users.load(std::memory_order_acquire) : 0;
+}
+
+/// Takes the object out of `slot` to destroy it: the slot then names
+/// nothing, and later calls with it are errors. Null for a null slot or an
+/// object already destroyed.
+template <class Slot>
+std::unique_ptr<slot_object<Slot>> take_object(Slot* slot) {
+  if (slot == nullptr) return nullptr;
+  return std::unique_ptr<slot_object<Slot>>(
+      slot->impl.exchange(nullptr, std::memory_order_acq_rel));
 }
 
 /// The integer a C caller passed for an enum parameter. C lets any int
@@ -63,6 +118,11 @@ STRATA_API strata_status to_c(const status& s);
 STRATA_API strata_status copy_out(const std::string& text, char** out);
 /// The same for counters: one JSON object {"name":value,...} in name order.
 STRATA_API strata_status copy_out(const stat_map& counters, char** out);
+
+/// The options a create call's `conf` gives (strata.h's convention):
+/// parsed from it, or from STRATA_CONF when it is null. Errors: the
+/// parser's, invalid_argument naming the key.
+STRATA_API result<allocator_options> options_from_conf(const char* conf);
 
 /// The C++ allocator behind `handle`, counted as in use until give_back():
 /// strata_allocator_destroy fails with invalid_argument while a use is
