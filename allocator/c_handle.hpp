@@ -4,16 +4,12 @@
 // Thread safety: the fields are atomics; destroy exchanges `impl` to null.
 #pragma once
 
-#include <atomic>
-
+#include "strata/c_extension.hpp"
 #include "strata/strata.h"
 #include "strata/strata.hpp"
 
-struct strata_allocator {
-  std::atomic<strata::allocator*> impl{nullptr};
-  /// borrow() counts; destroy refuses while any is left.
-  std::atomic<unsigned> users{0};
-};
+/// borrow() counts its users; destroy refuses while any is left.
+struct strata_allocator : strata::c_api::counted_slot<strata::allocator> {};
 
 namespace strata::c_api {
 

@@ -15,10 +15,22 @@
 // query per arena when an epoch decides); repair_range costs one unmap per
 // shadowed page plus back_range's map and set_access calls.
 #include <algorithm>
+#include <utility>
 
 #include "page_supply.hpp"
 
 namespace strata {
+
+namespace {
+
+// The pages [from, to) of shadow block `b` that lie in [first, last).
+std::pair<std::size_t, std::size_t> shadowed_pages(const stream_arena& arena, block_map::iterator b,
+                                                   std::size_t first, std::size_t last) {
+  return {std::max(arena.page_of(b->first), first),
+          std::min(arena.page_of(b->first + b->second.size - 1) + 1, last)};
+}
+
+}  // namespace
 
 std::optional<std::size_t> page_supply::repair_cost(stream_arena& arena, std::uintptr_t addr,
                                                     std::size_t bytes) {
@@ -33,8 +45,7 @@ std::optional<std::size_t> page_supply::repair_cost(stream_arena& arena, std::ui
     if (b->second.in_use() || (b->second.fence && b->first > addr)) return std::nullopt;
     if (b->second.state != block_state::shadow) continue;
     // Shadows cover whole pages; unmapping one needs its work here done.
-    const std::size_t from = std::max(arena.page_of(b->first), first);
-    const std::size_t to = std::min(arena.page_of(b->first + b->second.size - 1) + 1, last);
+    const auto [from, to] = shadowed_pages(arena, b, first, last);
     for (std::size_t i = from; i < to; ++i) {
       if (!arena.page_idle(i) && !polled) {
         polled = true;
@@ -56,10 +67,8 @@ status page_supply::repair_range(stream_arena& arena, std::uintptr_t addr, std::
   block_map& blocks = arena.blocks();
   for (auto b = blocks.find_containing(addr); b != blocks.end() && b->first < addr + bytes; ++b) {
     if (b->second.state != block_state::shadow) continue;
-    const std::size_t to = std::min(arena.page_of(b->first + b->second.size - 1) + 1, last);
-    for (std::size_t i = std::max(arena.page_of(b->first), first); i < to; ++i) {
-      shadowed.push_back(i);
-    }
+    const auto [from, to] = shadowed_pages(arena, b, first, last);
+    for (std::size_t i = from; i < to; ++i) shadowed.push_back(i);
   }
   for (const std::size_t i : shadowed) {
     if (auto s = unmap_at(arena, i); !s) {

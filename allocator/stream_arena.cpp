@@ -43,7 +43,6 @@ void stream_arena::set_slab(std::uintptr_t addr, std::size_t bytes, slab* s) noe
 void stream_arena::mark_freed(std::uintptr_t addr, std::size_t bytes) noexcept {
   const std::size_t last = page_of(addr + bytes - 1);
   for (std::size_t i = page_of(addr); i <= last; ++i) page_epoch_[i] = open_;
-  dirty_ = true;
   ++open_frees_;
 }
 
@@ -98,7 +97,7 @@ std::size_t stream_arena::unmapped_pages(std::size_t from, std::size_t to) const
 }
 
 status stream_arena::seal(device& dev, event_pool& events) {
-  if (!dirty_) return {};
+  if (open_frees_ == 0) return {};
   auto e = events.get();
   if (!e) return e.error();
   if (auto s = dev.record_event(*e, stream_); !s) {
@@ -107,7 +106,6 @@ status stream_arena::seal(device& dev, event_pool& events) {
   }
   sealed_.push_back({*e, open_});
   ++open_;
-  dirty_ = false;
   open_frees_ = 0;
   return {};
 }

@@ -113,7 +113,9 @@ class stream_arena {
   /// Frees stamped with the open epoch so far.
   [[nodiscard]] std::size_t open_frees() const noexcept { return open_frees_; }
   /// True while some free is not yet known to be idle.
-  [[nodiscard]] bool has_busy_epochs() const noexcept { return dirty_ || !sealed_.empty(); }
+  [[nodiscard]] bool has_busy_epochs() const noexcept {
+    return open_frees_ > 0 || !sealed_.empty();
+  }
   /// Records an event closing the open epoch (nothing when it holds no free).
   status seal(device& dev, event_pool& events);
   /// Advances `completed` past every sealed epoch whose event finished.
@@ -143,8 +145,7 @@ class stream_arena {
   std::size_t mapped_pages_ = 0;
   std::uint64_t open_ = 1;
   std::uint64_t completed_ = 0;
-  bool dirty_ = false;
-  std::size_t open_frees_ = 0;
+  std::size_t open_frees_ = 0;  // frees stamped with the open epoch
   std::deque<sealed_epoch> sealed_;
 };
 

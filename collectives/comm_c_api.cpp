@@ -1,7 +1,6 @@
 // The communicators' C API (strata/collectives.h); handles and errors as
 // strata/c_extension.hpp describes. A handle owns its communicator and
 // borrows its allocator until destroyed.
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -13,11 +12,10 @@
 #include "strata/communicator.hpp"
 #include "strata/nccl.hpp"
 
-struct strata_comm {
-  std::atomic<strata::communicator*> impl{nullptr};
+// Its users: the gradient buckets and prefetchers over it.
+struct strata_comm : strata::c_api::counted_slot<strata::communicator> {
   strata_allocator* allocator = nullptr;  // borrowed until this communicator is destroyed
   strata::allocator* owner = nullptr;     // the allocator behind it, alive as long
-  std::atomic<unsigned> users{0};         // buckets and prefetchers over it
 };
 
 namespace strata::c_api {

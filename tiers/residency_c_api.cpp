@@ -1,16 +1,14 @@
 // The residency manager's C API (strata/residency.h); handles and errors as
 // strata/c_extension.hpp describes.
-#include <atomic>
 #include <string>
 
 #include "strata/c_extension.hpp"
 #include "strata/residency.h"
 #include "strata/residency.hpp"
 
-struct strata_residency {
-  std::atomic<strata::residency_manager*> impl{nullptr};
+// Its users: the prefetchers over it; destroy refuses while any.
+struct strata_residency : strata::c_api::counted_slot<strata::residency_manager> {
   strata_allocator* allocator = nullptr;  // borrowed until this manager is destroyed
-  std::atomic<unsigned> users{0};         // prefetchers over it; destroy refuses while any
 };
 
 namespace strata::c_api {

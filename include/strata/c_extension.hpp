@@ -46,6 +46,14 @@ auto slot_target(Slot* slot) {
   return slot == nullptr ? nullptr : slot->impl.load(std::memory_order_acquire);
 }
 
+/// The members of a slot other handles borrow (borrow_from, users_of): the
+/// object it names and the count of borrows. Slots derive from it.
+template <class T>
+struct counted_slot {
+  std::atomic<T*> impl{nullptr};
+  std::atomic<unsigned> users{0};
+};
+
 /// The object type a slot names (its `impl` is a std::atomic<T*>).
 template <class Slot>
 using slot_object = std::remove_pointer_t<decltype(std::declval<Slot&>().impl.load())>;

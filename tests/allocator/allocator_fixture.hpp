@@ -84,6 +84,22 @@ inline std::int64_t stat_of(caching_allocator& a, const std::string& name) {
   return a.stats().to_map().at(name);
 }
 
+/// Calls of kind `k` made on `d` so far.
+inline std::uint64_t calls_of(device& d, driver_call k) {
+  return d.call_totals()[static_cast<std::size_t>(k)].calls;
+}
+
+/// Memory driver calls made on `d` so far: create, release, map, unmap,
+/// set_access.
+inline std::uint64_t memory_calls(device& d) {
+  std::uint64_t n = 0;
+  for (driver_call k : {driver_call::create_pages, driver_call::release_pages, driver_call::map,
+                        driver_call::unmap, driver_call::set_access}) {
+    n += calls_of(d, k);
+  }
+  return n;
+}
+
 /// Fills `bytes` at `p` (host-visible sim memory) with a pattern from `seed`.
 inline void fill(void* p, std::size_t bytes, std::uint32_t seed) {
   auto* b = static_cast<unsigned char*>(p);

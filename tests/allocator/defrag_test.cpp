@@ -59,17 +59,6 @@ TEST(Defrag, InterleavedHolesServeALargerRequest) {
   verify_all(kept);
 }
 
-// Memory driver calls made on `d` so far.
-std::uint64_t memory_calls(device& d) {
-  std::uint64_t n = 0;
-  const driver_call_totals t = d.call_totals();
-  for (driver_call k : {driver_call::create_pages, driver_call::release_pages, driver_call::map,
-                        driver_call::unmap, driver_call::set_access}) {
-    n += t[static_cast<std::size_t>(k)].calls;
-  }
-  return n;
-}
-
 // Training repeats its requests every step. A step that needed a stitch
 // keeps the stitched mapping (and the holes' own), so the next identical
 // step finds every range mapped: no driver call, no new page, bytes intact.

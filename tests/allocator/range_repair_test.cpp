@@ -25,15 +25,6 @@ struct block {
   std::uint64_t seed = 0;
 };
 
-std::uint64_t calls_of(device& d, driver_call k) {
-  return d.call_totals()[static_cast<std::size_t>(k)].calls;
-}
-
-std::uint64_t mapping_calls(device& d) {
-  return calls_of(d, driver_call::map) + calls_of(d, driver_call::unmap) +
-         calls_of(d, driver_call::set_access) + calls_of(d, driver_call::create_pages);
-}
-
 // A training step's requests, repeated: 64 layers (about 330 large
 // requests a step, past step_replay::min_period), the last step's logits
 // dropped only after this step's, gradients dropped at the next step's
@@ -130,9 +121,9 @@ TEST(RangeRepair, ATrainingLoopKeepsItsBytesAndSettles) {
   {
     training_loop loop(*a);
     for (std::size_t s = 0; s < steps; ++s) {
-      const std::uint64_t start = mapping_calls(a->dev());
+      const std::uint64_t start = memory_calls(a->dev());
       loop.step();
-      per_step.push_back(mapping_calls(a->dev()) - start);
+      per_step.push_back(memory_calls(a->dev()) - start);
       std::printf("step %zu: %llu memory driver calls\n", s,
                   static_cast<unsigned long long>(per_step.back()));
     }
