@@ -117,6 +117,8 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   EXPECT_EQ(tl.driver_calls, 7U)
       << "two reservations (the stream's arenas), a create_pages and a map per page, one "
          "set_access";
+  EXPECT_EQ(tl.pages_created, 2U);
+  EXPECT_NEAR(tl.first_map_ms, tl.added_ms, 1e-6) << "all it added was mapping its pages once";
   const std::string line = timeline_line(tl);
   EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (2.69%); second "
                        "half: 0.00%, 0 driver calls",
@@ -125,7 +127,8 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
       << line;
   const std::string json = report_json(t, *r);
   for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0269)",
-                          R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)"}) {
+                          R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)",
+                          R"("pages_created":2)", R"("first_map_ms":0.0808)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
   EXPECT_NE(report_text(t, *r).find(line), std::string::npos);
@@ -252,6 +255,10 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
     ASSERT_TRUE(r.ok()) << r.error().to_string();
     EXPECT_LE(r->timeline.second_half_driver_calls, c.most)
         << c.name << " warmup " << c.warmup << ": " << timeline_line(r->timeline);
+    // Nothing absorbs a delay in a snapshot: mapping each created page
+    // once is part of what was added.
+    EXPECT_GT(r->timeline.pages_created, 0U) << c.name;
+    EXPECT_LE(r->timeline.first_map_ms, r->timeline.added_ms + 1e-6) << c.name;
     // Warm, the pages of the first pass stay reserved into the second,
     // whose first step lays out differently (1.044 x for Qwen2.5 before
     // and after repairs): the bound is the cold replay's.

@@ -120,6 +120,11 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
     line("timeline: the GPU", r.timeline.gpu);
     line("timeline: memory driver calls",
          std::to_string(r.timeline.driver_calls) + " (" + fixed(r.timeline.driver_ms, 1) + " ms)");
+    line("timeline: first mappings",
+         std::to_string(r.timeline.pages_created) + " pages created and mapped once, " +
+             fixed(r.timeline.first_map_ms, 1) + " ms (" +
+             fixed(100 * r.timeline.first_map_fraction(), 2) +
+             "% of the trace): what holding them mapped costs any allocator");
     t += timeline_line(r.timeline) + "\n";
   }
   for (const replay_oom& o : r.ooms) {
@@ -174,8 +179,11 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
               ",\"added_fraction\":" + number(tl.added_fraction()) +
               ",\"second_half_added_fraction\":" + number(tl.second_half_added_fraction()) +
               ",\"second_half_driver_calls\":" + std::to_string(tl.second_half_driver_calls) +
-              ",\"driver_calls\":" + std::to_string(tl.driver_calls) + ",\"driver_ms\":" +
-              number(tl.driver_ms) + ",\"wait_ms\":" + number(tl.wait_ms) + "}");
+              ",\"driver_calls\":" + std::to_string(tl.driver_calls) +
+              ",\"driver_ms\":" + number(tl.driver_ms) + ",\"wait_ms\":" + number(tl.wait_ms) +
+              ",\"pages_created\":" + std::to_string(tl.pages_created) +
+              ",\"first_map_ms\":" + number(tl.first_map_ms) +
+              ",\"first_map_fraction\":" + number(tl.first_map_fraction()) + "}");
   } else {
     field("timeline", "null");
   }

@@ -15,6 +15,13 @@ std::pair<std::uint64_t, double> memory_call_totals(const device& dev) {
   return {sum.calls, static_cast<double>(sum.ns) * 1e-9};
 }
 
+// The calls of `kind` made between `before` and `after`.
+driver_call_total since(const driver_call_totals& after, const driver_call_totals& before,
+                        driver_call kind) {
+  const auto k = static_cast<std::size_t>(kind);
+  return {after[k].calls - before[k].calls, after[k].ns - before[k].ns};
+}
+
 std::string ms_text(double ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", ms);
@@ -63,7 +70,7 @@ timeline_pacer::timeline_pacer(device& dev, const alloc_trace& trace, double gpu
 void timeline_pacer::start() {
   base_ = dev_.host_clock();
   delay_ = 0;
-  std::tie(start_calls_, start_call_s_) = memory_call_totals(dev_);
+  start_totals_ = dev_.call_totals();
 }
 
 status timeline_pacer::advance_to(double trace_seconds) {
@@ -135,14 +142,31 @@ result<timeline_result> timeline_pacer::finish() {
     if (auto s = dev_.synchronize_stream({}); !s) return s;
     added = std::max(added, dev_.host_clock() - base_ - trace_s(end_ns_));
   }
-  const auto [calls, call_s] = memory_call_totals(dev_);
+  const driver_call_totals now = dev_.call_totals();
+  const driver_call_total start = memory_call_total(start_totals_);
+  const driver_call_total all = memory_call_total(now);
+  const std::uint64_t calls = all.calls;
+  const double call_s = static_cast<double>(all.ns) * 1e-9;
+  // Each created page once: its create, and one map and its share of
+  // set_access at what mapping a page cost here on average (one map call
+  // maps one page; set_access is charged per page it opens).
+  const driver_call_total created = since(now, start_totals_, driver_call::create_pages);
+  const driver_call_total mapped = since(now, start_totals_, driver_call::map);
+  const driver_call_total opened = since(now, start_totals_, driver_call::set_access);
+  r.pages_created = created.calls;
+  if (mapped.calls > 0) {
+    const double per_page =
+        static_cast<double>(mapped.ns + opened.ns) / static_cast<double>(mapped.calls);
+    r.first_map_ms =
+        (static_cast<double>(created.ns) + per_page * static_cast<double>(created.calls)) * 1e-6;
+  }
   r.trace_ms = trace_s(end_ns_) * 1e3;
   r.added_ms = added * 1e3;
   r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(half_ns_)) * 1e3;
   r.second_half_added_ms = std::max(0.0, added - half_delay_) * 1e3;
-  r.driver_calls = calls - start_calls_;
+  r.driver_calls = calls - start.calls;
   r.second_half_driver_calls = calls - half_calls_;
-  r.driver_ms = (call_s - start_call_s_) * 1e3;
+  r.driver_ms = (call_s - static_cast<double>(start.ns) * 1e-9) * 1e3;
   return r;
 }
 

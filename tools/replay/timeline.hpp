@@ -39,8 +39,16 @@ struct timeline_result {
   std::uint64_t second_half_driver_calls = 0;
   double driver_ms = 0;  // their time
   double wait_ms = 0;    // the host's waits for queued work (event and stream synchronizations)
+  // Creating, mapping and opening each page the replay created once: what
+  // any allocator that holds those pages in mapped memory pays for them
+  // (expandable segments likewise), however it places blocks.
+  std::uint64_t pages_created = 0;
+  double first_map_ms = 0;
 
   [[nodiscard]] double added_fraction() const { return trace_ms > 0 ? added_ms / trace_ms : 0; }
+  [[nodiscard]] double first_map_fraction() const {
+    return trace_ms > 0 ? first_map_ms / trace_ms : 0;
+  }
   [[nodiscard]] double second_half_added_fraction() const {
     return second_half_trace_ms > 0 ? second_half_added_ms / second_half_trace_ms : 0;
   }
@@ -100,8 +108,7 @@ class timeline_pacer {
   bool half_marked_ = false;
   double half_delay_ = 0;
   std::uint64_t half_calls_ = 0;
-  std::uint64_t start_calls_ = 0;
-  double start_call_s_ = 0;
+  driver_call_totals start_totals_{};
   std::vector<modeled_kernel> kernels_;  // reserved up front: launched ones are pointed at
 };
 
