@@ -3,17 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <utility>
 
 namespace strata::replay {
 
 namespace {
-
-// Memory driver calls so far, and their time in seconds.
-std::pair<std::uint64_t, double> memory_call_totals(const device& dev) {
-  const driver_call_total sum = memory_call_total(dev.call_totals());
-  return {sum.calls, static_cast<double>(sum.ns) * 1e-9};
-}
 
 // The calls of `kind` made between `before` and `after`.
 driver_call_total since(const driver_call_totals& after, const driver_call_totals& before,
@@ -80,7 +73,7 @@ status timeline_pacer::advance_to(double trace_seconds) {
 void timeline_pacer::mark_half() {
   half_marked_ = true;
   half_delay_ = delay_;
-  half_calls_ = memory_call_totals(dev_).first;
+  half_calls_ = memory_call_total(dev_.call_totals()).calls;
 }
 
 status timeline_pacer::queue_until(std::int64_t ns) {
@@ -145,8 +138,6 @@ result<timeline_result> timeline_pacer::finish() {
   const driver_call_totals now = dev_.call_totals();
   const driver_call_total start = memory_call_total(start_totals_);
   const driver_call_total all = memory_call_total(now);
-  const std::uint64_t calls = all.calls;
-  const double call_s = static_cast<double>(all.ns) * 1e-9;
   // Each created page once: its create, and one map and its share of
   // set_access at what mapping a page cost here on average (one map call
   // maps one page; set_access is charged per page it opens).
@@ -164,9 +155,9 @@ result<timeline_result> timeline_pacer::finish() {
   r.added_ms = added * 1e3;
   r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(half_ns_)) * 1e3;
   r.second_half_added_ms = std::max(0.0, added - half_delay_) * 1e3;
-  r.driver_calls = calls - start.calls;
-  r.second_half_driver_calls = calls - half_calls_;
-  r.driver_ms = (call_s - static_cast<double>(start.ns) * 1e-9) * 1e3;
+  r.driver_calls = all.calls - start.calls;
+  r.second_half_driver_calls = all.calls - half_calls_;
+  r.driver_ms = static_cast<double>(all.ns - start.ns) * 1e-6;
   return r;
 }
 
