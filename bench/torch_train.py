@@ -78,11 +78,10 @@ def child(args):
 
     result = {"mode": args.child}
     if args.child == "strata":
-        sys.path.insert(0, os.path.join(ROOT, "integrations", "torch"))
+        sys.path.insert(0, os.path.join(args.build, "python"))  # the build's package
         import strata_torch
 
-        strata_torch.install(os.path.join(args.build, "integrations", "torch",
-                                          "libstrata_torch.so"))
+        strata_torch.install()  # the package finds the build's libstrata_torch.so
     from transformers import AutoModelForCausalLM
 
     if args.limit_gib:

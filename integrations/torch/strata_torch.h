@@ -1,5 +1,5 @@
 /* libstrata_torch.so: Strata as PyTorch's CUDA allocator, through
- * torch.cuda.memory.CUDAPluggableAllocator (integrations/torch/strata_torch.py
+ * torch.cuda.memory.CUDAPluggableAllocator (integrations/torch/strata_torch/_allocator.py
  * does the wiring; docs/integrations.md).
  *
  * One Strata allocator per device, configured from STRATA_CONF, created on

@@ -1,6 +1,8 @@
-"""strata_torch.py against a stub of torch (tests/integrations/torch_stub)
-and the real libstrata_torch.so on the sim device. Run by ctest with
-PYTHONPATH, STRATA_TORCH_LIBRARY and STRATA_CONF set."""
+"""The strata_torch package against a stub of torch
+(tests/integrations/torch_stub) and the real libstrata_torch.so on the sim
+device. Run by ctest with PYTHONPATH (the build tree's package, the stub)
+and STRATA_CONF set, STRATA_TORCH_LIBRARY unset: the package finds the
+library the build wrote down. argv[1]: the library the build made."""
 import ctypes
 import os
 import sys
@@ -21,20 +23,22 @@ try:
     check(False, "install() after CUDA initialisation must fail")
 except strata_torch.StrataTorchError as e:
     check("before CUDA is initialised" in str(e), f"unclear error: {e}")
+    check(isinstance(e, strata_torch.StrataError), "StrataTorchError is not a StrataError")
 check(not strata_torch.installed(), "a refused install left Strata installed")
 
 torch.cuda.initialized = False
 wired = strata_torch.install()
 allocator = torch.cuda.memory.current
 check(allocator is not None, "change_current_allocator was not called")
-check(allocator.path == os.environ["STRATA_TORCH_LIBRARY"], f"library {allocator.path}")
+check(os.path.realpath(allocator.path) == os.path.realpath(sys.argv[1]),
+      f"library {allocator.path}, not {sys.argv[1]}")
 check((allocator.alloc_fn_name, allocator.free_fn_name) ==
       ("strata_torch_malloc", "strata_torch_free"), "alloc/free function names")
 check(sorted(wired) == sorted(allocator._allocator.hooks), "hooks reported vs wired")
 check(len(wired) == 4 and all(allocator._allocator.hooks.values()), f"hooks: {wired}")
 check(strata_torch.install() == [], "a second install() must do nothing")
 
-lib = ctypes.CDLL(os.environ["STRATA_TORCH_LIBRARY"])
+lib = ctypes.CDLL(sys.argv[1])
 lib.strata_torch_malloc.restype = ctypes.c_void_p
 lib.strata_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
 lib.strata_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,

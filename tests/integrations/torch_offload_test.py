@@ -66,8 +66,8 @@ except ImportError as e:
     print(f"SKIP: torch is not installed ({e}); scripts/install-deps installs python3-torch")
     sys.exit(0)
 
-import strata_offload  # noqa: E402  (after the skip)
-import strata_torch  # noqa: E402
+import strata_torch  # noqa: E402  (after the skip)
+from strata_torch.enums import Status  # noqa: E402
 
 HIDDEN = 512
 BLOCKS = 4
@@ -190,7 +190,7 @@ def corrupted(nvme_dir):
                 overwrite_nvme_files(nvme_dir)
             train_step(model, off, s)
         return None
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         return str(e)
     finally:
         off.close()
@@ -204,9 +204,9 @@ def too_small(nvme_dir):
     off = offload(model, nvme_dir, capacity="5MiB")
     try:
         train_step(model, off, 0)
-        return None
-    except strata_offload.OffloadError as e:
-        return str(e)
+        return None, None
+    except strata_torch.OffloadError as e:
+        return str(e), e.status
     finally:
         off.close()
 
@@ -220,7 +220,7 @@ def refused_conf():
     try:
         strata_torch.offload(model, conf="no_such_key:1")
         return None, False
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         intact = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
         return str(e), intact
 
@@ -347,8 +347,8 @@ def nvme_placed(nvme_dir, want_losses):
 
 
 def placement_errors(nvme_dir):
-    """The OffloadError text of each bad placement, and of a device that
-    the pinned parameters fill."""
+    """The PlacementError text of each bad placement, and the OffloadError
+    of a device that the pinned parameters fill."""
     errors = []
     for places in ({"placement": {"no_such.*": "device"}},
                    {"placement": {"blocks.0.*": "gpu"}},
@@ -358,14 +358,14 @@ def placement_errors(nvme_dir):
         try:
             offload(Model(), nvme_dir, **places).close()
             errors.append(None)
-        except strata_offload.OffloadError as e:
+        except strata_torch.PlacementError as e:  # an OffloadError, and a ValueError
             errors.append(str(e))
     torch.manual_seed(SEED)
     model = Model()
     try:  # 16.8 MB pinned on 8 MiB: the moments find no room
         offload(model, nvme_dir, parameters="device").close()
         errors.append(None)
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         errors.append(str(e))
     return errors
 
@@ -485,7 +485,7 @@ def conf_keys(nvme_dir):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         off.step()
         obeyed = None
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         obeyed = str(e)
     finally:
         if off is not None:
@@ -495,13 +495,13 @@ def conf_keys(nvme_dir):
     try:
         strata_torch.offload(model, conf="memory_fraction:2").close()
         refused = None
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         refused = str(e)
     first = strata_torch.offload(model, conf=f"nvme_dir:{nvme_dir}")
     try:
         strata_torch.offload(model).close()
         twice = None
-    except strata_offload.OffloadError as e:
+    except strata_torch.OffloadError as e:
         twice = str(e)
     finally:
         first.close()
@@ -546,10 +546,11 @@ def main():
     error = corrupted(nvme_dir + "-corrupt")
     check("a corrupted extent", error is not None and "failed its checksum" in error, str(error))
     print(f"torch_offload_test: a corrupted extent: {error}")
-    error = too_small(nvme_dir)
+    error, status = too_small(nvme_dir)
     check("an out-of-memory error names what is held",
           error is not None and "out of memory" in error and "held on the device" in error
           and "up.weight" in error, str(error))
+    check("an out-of-memory error's status", status == Status.ERROR_OUT_OF_MEMORY, str(status))
     print(f"torch_offload_test: a device too small: {error.splitlines()[-1]}")
     worst, kept, went, spills = placed(nvme_dir, plain(False)[0])
     print(f"torch_offload_test: placed: losses within {worst:.1e}; block 0's weights stayed "

@@ -153,7 +153,7 @@ TEST(Prefetch, TheLearnedOrderBringsBuffersFromTheHostAhead) {
 // Reads ahead into a small host tier must leave an acquire's own fill the
 // room to stream through: before they did, a host tier full of reads in
 // flight (no victims) made an acquire fail with "no pinned memory" (seen
-// with strata_offload.py's Adam state).
+// with strata_torch.offload's Adam state).
 // A model's shape through the prefetcher: `layers` weights of `weight`
 // bytes and small biases, read in forward and backward, then each updated
 // with its two optimizer states; every acquire must succeed and keep its
@@ -220,7 +220,7 @@ offload_options tight_host(std::size_t host) {
 // Reads ahead into a small host tier must leave an acquire's own fill the
 // room to stream through: before they did, a host tier full of reads in
 // flight (no victims) made an acquire fail with "no pinned memory" (seen
-// with strata_offload.py's Adam state).
+// with strata_torch.offload's Adam state).
 TEST(Prefetch, ReadsAheadLeaveRoomForAnAcquiresOwnFill) {
   run_model_shape("sim:capacity=1MiB,granularity=64KiB", tight_host(2 * mib), 256 << 10);
 }

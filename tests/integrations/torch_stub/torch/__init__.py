@@ -1,4 +1,4 @@
-"""A stub of the parts of torch that strata_torch.py touches, for testing it
+"""A stub of the parts of torch that the strata_torch package touches, for testing it
 where PyTorch with CUDA cannot be installed. It records what strata_torch
 does to it."""
 

@@ -10,8 +10,9 @@
         off.step()          # Adam on the host kernel, then the prefetcher's step
 
 offload() registers every parameter (fp32, or bf16 with an fp32 master
-copy), and Adam's two moments for each, with a residency manager (libstrata's C API, strata/residency.h) and steps
-a prefetcher over them (strata/prefetch.h). A module's parameters point at
+copy), and Adam's two moments for each, with a residency manager
+(libstrata's C API, strata/residency.h) and steps a prefetcher over them
+(strata/prefetch.h). A module's parameters point at
 their device buffer from its forward pre-hook until its forward ends; in
 backward, from when the module's output gradient arrives (or the first
 saved tensor that needs one of them is unpacked, or its gradient arrives)
@@ -29,7 +30,7 @@ gradients are accumulated. An exception inside a forward leaves nothing
 held: the next forward or step() releases what it left. Zero-size
 parameters are left as they are (nothing to offload).
 
-Where each buffer may go is chosen per buffer (strata_placement.py):
+Where each buffer may go is chosen per buffer (_placement.py):
 `placement` maps name patterns to a place, and `parameters` /
 `optimizer_state` give the rest by fraction, in the model's order:
 
@@ -52,7 +53,8 @@ master and writes the parameter as the master rounded to nearest even.
 
 Works on the `sim` device, whose memory is host memory: parameters are CPU
 tensors viewing Strata's buffers (as ZeRO-3 re-points .data). Needs
-libstrata.so built with the tiers (liburing); no environment variable.
+libstrata.so built with the tiers (liburing), found as _native.py says; no
+environment variable.
 
 Thread safety: one training loop drives an Offload; its hooks run on the
 threads autograd runs them on, one at a time.
@@ -60,91 +62,25 @@ threads autograd runs them on, one at a time.
 
 import ctypes
 import json
-import os
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from strata_placement import PlacementError, placements
+from . import _native
+from ._placement import Placement, Share, placements
+from .enums import AccessMode, BufferKind, DType, ResidencyPolicy, Status, Tier
+from .errors import OffloadError
 
-_owner = {}  # id(parameter) -> the Offload holding it (until closed)
+__all__ = ["Offload", "offload", "active"]
 
-__all__ = ["Offload", "OffloadError", "offload"]
+_owner: Dict[int, "Offload"] = {}  # id(parameter) -> the Offload holding it (until closed)
 
-_PARAMETER = 0
-_OPTIMIZER_STATE = 2
-# strata_residency_policy for each place
-_POLICY = {"device": 1, "host": 2, "nvme": 3, "offload": 0}
-_TIERS = {0: "none", 1: "device", 2: "host", 3: "nvme"}
-# strata_dtype of the parameters offload() takes, and their element bytes
-_DTYPES = {torch.float32: (0, 4), torch.bfloat16: (1, 2)}
-_READ_WRITE = 0
-_READ_ONLY = 1
-_OUT_OF_MEMORY = 2  # STRATA_ERROR_OUT_OF_MEMORY
-
-
-class OffloadError(RuntimeError):
-    """A Strata call failed; the message is Strata's."""
-
-
-class _AdamOptions(ctypes.Structure):
-    _fields_ = [("lr", ctypes.c_double), ("beta1", ctypes.c_double),
-                ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
-                ("weight_decay", ctypes.c_double), ("decoupled_weight_decay", ctypes.c_int),
-                ("maximize", ctypes.c_int), ("amsgrad", ctypes.c_int)]
-
-
-class _AdamTensors(ctypes.Structure):
-    _fields_ = [("params", ctypes.c_void_p), ("grads", ctypes.c_void_p),
-                ("grad_type", ctypes.c_int), ("exp_avg", ctypes.c_void_p),
-                ("exp_avg_sq", ctypes.c_void_p), ("max_exp_avg_sq", ctypes.c_void_p),
-                ("params_out", ctypes.c_void_p), ("out_type", ctypes.c_int),
-                ("count", ctypes.c_size_t)]
-
-
-def _load(path):
-    path = path or os.environ.get("STRATA_LIBRARY", "libstrata.so")
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise OffloadError(f"cannot load {path}: {e}") from e
-    vp, u64, sz = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
-    out = ctypes.POINTER(vp)
-    sigs = {
-        "strata_allocator_create": [ctypes.c_char_p, out],
-        "strata_allocator_destroy": [vp],
-        "strata_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
-        "strata_memory_summary": [vp, ctypes.POINTER(ctypes.c_char_p)],
-        "strata_stream_synchronize": [vp, vp],
-        "strata_residency_create": [vp, ctypes.c_char_p, out],
-        "strata_residency_destroy": [vp],
-        "strata_residency_register": [vp, sz, ctypes.c_int, ctypes.c_int, ctypes.POINTER(u64)],
-        "strata_residency_unregister": [vp, u64],
-        "strata_residency_acquire_mode": [vp, u64, vp, ctypes.c_int, out],
-        "strata_residency_release": [vp, u64, vp],
-        "strata_residency_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
-        "strata_prefetcher_create": [vp, ctypes.c_char_p, out],
-        "strata_prefetcher_destroy": [vp],
-        "strata_prefetcher_begin_step": [vp],
-        "strata_prefetcher_end_step": [vp],
-        "strata_prefetcher_acquire_mode": [vp, u64, vp, ctypes.c_int, out],
-        "strata_prefetcher_release": [vp, u64, vp],
-        "strata_prefetcher_stats_json": [vp, ctypes.POINTER(ctypes.c_char_p)],
-        "strata_kernels_create": [vp, ctypes.c_uint, out],
-        "strata_kernels_destroy": [vp],
-        "strata_adam_step_host": [vp, ctypes.POINTER(_AdamTensors),
-                                  ctypes.POINTER(_AdamOptions), u64],
-    }
-    for name, args in sigs.items():
-        try:
-            fn = getattr(lib, name)
-        except AttributeError as e:
-            raise OffloadError(f"{path} has no {name}: build libstrata with the offload tiers "
-                               "(liburing)") from e
-        fn.argtypes = args
-        fn.restype = ctypes.c_int
-    lib.strata_last_error_message.restype = ctypes.c_char_p
-    lib.strata_string_free.argtypes = [ctypes.c_char_p]
-    return lib
+_POLICY = {"device": ResidencyPolicy.PINNED_ON_DEVICE, "host": ResidencyPolicy.HOST_ONLY,
+           "nvme": ResidencyPolicy.NVME_HOME, "offload": ResidencyPolicy.EVICTABLE}
+_TIERS = {Tier.TIER_NONE: "none", Tier.TIER_DEVICE: "device", Tier.TIER_HOST: "host",
+          Tier.TIER_NVME: "nvme"}
+# The kernels' type of the parameters offload() takes, and their element bytes.
+_DTYPES = {torch.float32: (DType.F32, 4), torch.bfloat16: (DType.BF16, 2)}
 
 
 class _SavedView:
@@ -172,9 +108,12 @@ def _storage_ptr(t):
 class Offload:
     """The residency manager, prefetcher and hooks behind offload()."""
 
-    def __init__(self, model, *, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 adamw=False, device="sim:capacity=1GiB", conf="", library=None,
-                 placement=None, parameters="offload", optimizer_state="offload"):
+    def __init__(self, model: torch.nn.Module, *, lr: float = 1e-3,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, adamw: bool = False,
+                 device: str = "sim:capacity=1GiB", conf: str = "",
+                 library: Optional[str] = None, placement: Placement = None,
+                 parameters: Share = "offload", optimizer_state: Share = "offload") -> None:
         for n, p in model.named_parameters():  # before anything is made
             if id(p) in _owner:
                 raise OffloadError(
@@ -182,16 +121,14 @@ class Offload:
                     "closed (the same model offloaded twice?): close() that one first")
             if p.numel() > 0 and p.dtype not in _DTYPES:
                 raise OffloadError(f"offload needs fp32 or bf16 parameters, not {p.dtype}")
-        try:
-            self._places = placements(
-                [(n, p.numel() * 4, p.dtype != torch.float32)
-                 for n, p in model.named_parameters() if p.numel() > 0],
-                placement, parameters, optimizer_state)
-        except PlacementError as e:
-            raise OffloadError(str(e)) from None
-        self._lib = _load(library)
+        self._places = placements(
+            [(n, p.numel() * 4, p.dtype != torch.float32)
+             for n, p in model.named_parameters() if p.numel() > 0],
+            placement, parameters, optimizer_state)
+        self._lib = _native.load(_native.LIBSTRATA, library, OffloadError)
         self._alloc = self._res = self._fetch = self._kernels = None
-        self._opts = _AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw), 0, 0)
+        self._opts = _native.AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw),
+                                         0, 0)
         self._steps = {}     # id(parameter) -> its Adam steps (as torch's state["step"])
         self._in_step = False
         # (parameter, its handle, exp_avg's, exp_avg_sq's, its fp32 master's or None)
@@ -253,12 +190,12 @@ class Offload:
                 continue  # nothing to offload: it stays as it is
             name = names.get(id(p), "a parameter")
             n4 = p.numel() * 4
-            h = self._register(p.numel() * _DTYPES[p.dtype][1], _PARAMETER, name)
-            m = self._register(n4, _OPTIMIZER_STATE, f"{name}.exp_avg")
-            v = self._register(n4, _OPTIMIZER_STATE, f"{name}.exp_avg_sq")
+            h = self._register(p.numel() * _DTYPES[p.dtype][1], BufferKind.BUFFER_PARAMETER, name)
+            m = self._register(n4, BufferKind.BUFFER_OPTIMIZER_STATE, f"{name}.exp_avg")
+            v = self._register(n4, BufferKind.BUFFER_OPTIMIZER_STATE, f"{name}.exp_avg_sq")
             master = None
             if p.dtype != torch.float32:
-                master = self._register(n4, _OPTIMIZER_STATE, f"{name}.master")
+                master = self._register(n4, BufferKind.BUFFER_OPTIMIZER_STATE, f"{name}.master")
             self._params.append((p, h, m, v, master))
             self._fill(h, p.detach().contiguous())
             zeros = torch.zeros(p.shape, dtype=torch.float32)
@@ -281,9 +218,13 @@ class Offload:
         if status == 0:
             return
         message = f"{what}: {self._lib.strata_last_error_message().decode()}"
-        if status == _OUT_OF_MEMORY:
+        if status == Status.ERROR_OUT_OF_MEMORY:
             message += self._held_on_device()
-        raise OffloadError(message)
+        try:
+            code: Optional[Status] = Status(status)
+        except ValueError:
+            code = None
+        raise OffloadError(message, code)
 
     def _held_on_device(self):
         """What an out-of-memory acquire could not move off the device: the
@@ -298,18 +239,18 @@ class Offload:
             listed = [self._names.get(h, f"buffer {h}") for h in self._pinned
                       if h not in held_pinned]
             more = f" and {len(listed) - 4} more" if len(listed) > 4 else ""
-            pinned_note = (f"\nstrata_offload: pinned on the device by placement "
+            pinned_note = (f"\nstrata_torch.offload: pinned on the device by placement "
                            f"({pinned / 2**20:.2f} MiB): {', '.join(listed[:4])}{more}")
         else:
             pinned_note = ""
         if not held:
-            return ("\nstrata_offload: nothing Strata manages is held on the device: the "
+            return ("\nstrata_torch.offload: nothing Strata manages is held on the device: the "
                     "device is too small for one buffer next to what PyTorch itself holds"
                     + pinned_note)
         total = sum(size for _n, _name, size in held)
         names = ", ".join(f"{name} ({size / 2**20:.2f} MiB)" for _n, name, size in held[:8])
         more = f" and {len(held) - 8} more" if len(held) > 8 else ""
-        return (f"\nstrata_offload: held on the device, so not offloadable now "
+        return (f"\nstrata_torch.offload: held on the device, so not offloadable now "
                 f"({total / 2**20:.2f} MiB): {names}{more}. Everything else Strata holds "
                 "was free to move to the host tier and NVMe: a larger device, or smaller "
                 "modules, would fit" + pinned_note)
@@ -329,7 +270,7 @@ class Offload:
             self._pinned.append(h.value)
         return h.value
 
-    def where(self, name):
+    def where(self, name: str) -> str:
         """Where a buffer is now: "device", "host", "nvme" or "none" (never
         used). `name` is a parameter's name or it with ".exp_avg" or
         ".exp_avg_sq" (Adam's moments)."""
@@ -338,9 +279,9 @@ class Offload:
         tier = ctypes.c_int()
         self._check(self._lib.strata_residency_where(self._res, self._by_name[name],
                                                      ctypes.byref(tier)), f"where {name}")
-        return _TIERS[tier.value]
+        return _TIERS[Tier(tier.value)]
 
-    def _acquire(self, h, mode, through_prefetcher=True):
+    def _acquire(self, h: int, mode: AccessMode, through_prefetcher: bool = True) -> int:
         ptr = ctypes.c_void_p()
         if through_prefetcher:
             status = self._lib.strata_prefetcher_acquire_mode(self._fetch, h, None, mode,
@@ -362,7 +303,7 @@ class Offload:
         self._held[h] -= 1
 
     def _fill(self, h, src):
-        ptr = self._acquire(h, _READ_WRITE, through_prefetcher=False)
+        ptr = self._acquire(h, AccessMode.READ_WRITE, through_prefetcher=False)
         ctypes.memmove(ptr, src.data_ptr(), src.numel() * src.element_size())
         self._release(h, through_prefetcher=False)
 
@@ -377,7 +318,7 @@ class Offload:
     # --- the hooks -----------------------------------------------------------
     def _hold(self, p):
         """One more use of p's buffer; p.data points at it."""
-        ptr = self._acquire(self._handle[id(p)], _READ_ONLY)
+        ptr = self._acquire(self._handle[id(p)], AccessMode.READ_ONLY)
         self._uses[id(p)] = self._uses.get(id(p), 0) + 1
         if self._uses[id(p)] == 1:
             p.data = self._view(ptr, self._shapes[id(p)])
@@ -487,7 +428,7 @@ class Offload:
             self._drop(p)
 
     # --- the optimizer -----------------------------------------------------
-    def step(self):
+    def step(self) -> None:
         """Adam (or AdamW) on every parameter with a gradient, then the
         prefetcher's step ends; the gradients are cleared."""
         self._recover()
@@ -502,9 +443,9 @@ class Offload:
             try:
                 ptrs = []
                 for handle in (h, m, v) if master is None else (master, m, v, h):
-                    ptrs.append(self._acquire(handle, _READ_WRITE))
+                    ptrs.append(self._acquire(handle, AccessMode.READ_WRITE))
                     held.append(handle)
-                t = _AdamTensors()
+                t = _native.AdamTensors()
                 t.params, t.exp_avg, t.exp_avg_sq = ptrs[:3]
                 t.grads = grad.data_ptr()
                 t.grad_type = _DTYPES[grad.dtype][0]
@@ -523,7 +464,7 @@ class Offload:
             self._check(self._lib.strata_prefetcher_end_step(self._fetch), "end_step")
             self._in_step = False
 
-    def parameters(self, master=False):
+    def parameters(self, master: bool = False) -> List[torch.Tensor]:
         """Each parameter's current value, as a CPU copy (for checks); with
         `master`, the fp32 master copies of bf16 parameters instead (fp32
         parameters are their own)."""
@@ -532,7 +473,7 @@ class Offload:
             handle, (shape, dtype) = h, self._shapes[id(p)]
             if master and fp32 is not None:
                 handle, dtype = fp32, torch.float32
-            ptr = self._acquire(handle, _READ_ONLY, through_prefetcher=False)
+            ptr = self._acquire(handle, AccessMode.READ_ONLY, through_prefetcher=False)
             out.append(self._view(ptr, (shape, dtype)).clone())
             self._release(handle, through_prefetcher=False)
         return out
@@ -544,18 +485,18 @@ class Offload:
         self._lib.strata_string_free(text)
         return value
 
-    def memory_stats(self):
+    def memory_stats(self) -> Dict[str, int]:
         """The device allocator's counters with torch.cuda.memory_stats()
         names, then the tiers' as "offload.<name>" and the prefetcher's as
         "prefetch.<name>"."""
         return json.loads(self._string(self._lib.strata_stats_json, self._alloc))
 
-    def memory_summary(self):
+    def memory_summary(self) -> str:
         """torch.cuda.memory_summary()'s table, with the tiers' and the
         prefetcher's sections."""
         return self._string(self._lib.strata_memory_summary, self._alloc)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Dict[str, Any]]:
         """The residency manager's and the prefetcher's counters."""
         out = {}
         for name, fn, handle in (("offload", self._lib.strata_residency_stats_json, self._res),
@@ -567,7 +508,7 @@ class Offload:
             self._lib.strata_string_free(text)
         return out
 
-    def close(self):
+    def close(self) -> None:
         """Removes the hooks and frees everything Strata holds."""
         if self in _active:
             _active.remove(self)
@@ -612,15 +553,15 @@ def _tensors(output):
     return []
 
 
-_active = []  # the Offloads not closed, newest last (strata_torch.memory_stats reads it)
+_active: List[Offload] = []  # the Offloads not closed, newest last (memory_stats reads it)
 
 
-def active():
+def active() -> Optional[Offload]:
     """The newest Offload not closed, or None."""
     return _active[-1] if _active else None
 
 
-def offload(model, **options):
+def offload(model: torch.nn.Module, **options: Any) -> Offload:
     """Offload `model`'s parameters and Adam state to Strata's tiers; see
     Offload for the options. Returns the Offload: call its step() where
     optimizer.step() was."""

@@ -1,4 +1,4 @@
-"""Where each of an offload's buffers may go (strata_offload.py,
+"""Where each of an offload's buffers may go (_offload.py,
 docs/integrations.md, "Where each buffer may go"): the places named by
 patterns over the buffers' names and by fractions of their bytes.
 
@@ -6,20 +6,23 @@ Pure functions over names and sizes; no torch, no Strata calls.
 """
 
 import fnmatch
+from typing import Dict, Iterable, List, Mapping, Tuple, Union
 
-__all__ = ["PLACES", "PlacementError", "placements"]
+from .errors import PlacementError
+
+__all__ = ["PLACES", "placements"]
 
 # "device": pinned on the device; "host": never below host memory; "nvme":
 # written to NVMe at each last release; "offload": host, then NVMe, as room
 # requires (the default).
 PLACES = ("device", "host", "nvme", "offload")
 
+Placement = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
+Share = Union[str, Mapping[str, float]]
 
-class PlacementError(ValueError):
-    """A placement that cannot be honoured; the message says which and why."""
 
-
-def placements(params, placement, parameters, optimizer_state):
+def placements(params: List[Tuple[str, int, bool]], placement: Placement, parameters: Share,
+               optimizer_state: Share) -> Dict[str, str]:
     """The place of every buffer named by `placement`'s patterns or by the
     fractions, as {name: place}; buffers left out are "offload".
 
@@ -33,9 +36,9 @@ def placements(params, placement, parameters, optimizer_state):
     `parameters` and `optimizer_state` place the buffers no pattern
     matched: a place for all of them, or {place: fraction} of their bytes
     taken in the model's order (a buffer goes where its first byte falls;
-    "device" first, then "host", then "nvme", the rest "offload"). Errors
-    (OffloadError): an unknown place, a pattern that matches nothing,
-    fractions outside [0, 1] or above 1 together."""
+    "device" first, then "host", then "nvme", the rest "offload").
+    Errors (PlacementError, an OffloadError): an unknown place, a pattern
+    that matches nothing, fractions outside [0, 1] or above 1 together."""
     buffers = []
     for name, nbytes, has_master in params:
         buffers.append((name, "parameters", nbytes // 2 if has_master else nbytes))
@@ -70,13 +73,13 @@ def placements(params, placement, parameters, optimizer_state):
     return places
 
 
-def _check_place(place, what):
+def _check_place(place: str, what: str) -> None:
     if place not in PLACES:
         raise PlacementError(f"{what}: unknown place {place!r} (one of "
                            f"{', '.join(repr(p) for p in PLACES)})")
 
 
-def _fractions(spec, what):
+def _fractions(spec: Share, what: str) -> Dict[str, float]:
     """{place: fraction} from a place or a dict of fractions."""
     if isinstance(spec, str):
         _check_place(spec, what)

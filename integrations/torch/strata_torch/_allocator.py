@@ -1,92 +1,48 @@
-"""Strata as PyTorch's CUDA allocator.
+"""Strata as PyTorch's CUDA allocator: install() and what it answers.
 
-    import strata_torch
-    strata_torch.install()   # first thing, before any tensor is on the GPU
-    ...                      # train as usual
-
-install() loads libstrata_torch.so (the path given, else STRATA_TORCH_LIBRARY,
-else next to this file, else the loader's search path), makes it PyTorch's
-CUDA allocator with torch.cuda.memory.CUDAPluggableAllocator and wires the
-extra hooks (init, empty_cache, set_per_process_memory_fraction,
+install() loads libstrata_torch.so (_native.py says where from), makes it
+PyTorch's CUDA allocator with torch.cuda.memory.CUDAPluggableAllocator and
+wires the extra hooks (init, empty_cache, set_per_process_memory_fraction,
 record_stream) where the installed PyTorch exposes them. Strata reads
-STRATA_CONF (docs/configuration.md). Needs only torch.
+STRATA_CONF (docs/configuration.md).
 
 PyTorch's plugin path turns a failed allocation into a null pointer, not an
-exception; code run inside `with strata_torch.out_of_memory_errors():` gets
+exception; code run inside `with out_of_memory_errors():` gets
 torch.cuda.OutOfMemoryError with Strata's OOM report instead.
+
+Thread safety: install() once, from the main thread, before CUDA starts;
+the rest may be called from any thread (each call asks the library, which
+is thread safe).
 """
 
 import contextlib
 import ctypes
 import json
-import os
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import torch
 
-__all__ = [
-    "StrataTorchError",
-    "install",
-    "installed",
-    "memory_stats",
-    "memory_summary",
-    "snapshot",
-    "last_oom_report",
-    "empty_cache",
-    "out_of_memory_errors",
-    "offload",
-]
+from . import _native
+from .errors import StrataTorchError
 
-_LIBRARY = "libstrata_torch.so"
+Device = Union[None, int, "torch.device"]
+
 _HOOKS = (
     ("set_init_fn", "strata_torch_init"),
     ("set_reset_fn", "strata_torch_empty_cache"),
     ("set_memory_fraction_fn", "strata_torch_set_memory_fraction"),
     ("set_record_stream_fn", "strata_torch_record_stream"),
 )
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-class StrataTorchError(RuntimeError):
-    """Strata could not be installed or could not answer."""
-
-
-def _library_path(path):
-    if path:
-        return path
-    if os.environ.get("STRATA_TORCH_LIBRARY"):
-        return os.environ["STRATA_TORCH_LIBRARY"]
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY)
-    return here if os.path.exists(here) else _LIBRARY
-
-
-def _load(path):
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise StrataTorchError(
-            f"cannot load {path}: {e}. Build Strata with the CUDA toolkit and point "
-            "STRATA_TORCH_LIBRARY at integrations/torch/libstrata_torch.so"
-        ) from e
-    lib.strata_torch_malloc.restype = ctypes.c_void_p
-    lib.strata_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.strata_torch_free.restype = None
-    lib.strata_torch_free.argtypes = [
-        ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-    lib.strata_torch_empty_cache.restype = None
-    for name in ("strata_torch_stats_json", "strata_torch_snapshot_json",
-                 "strata_torch_last_oom_report", "strata_torch_memory_summary"):
-        getattr(lib, name).restype = ctypes.c_void_p
-        getattr(lib, name).argtypes = [ctypes.c_int]
-    lib.strata_torch_string_free.argtypes = [ctypes.c_void_p]
-    lib.strata_torch_last_error.restype = ctypes.c_char_p
-    return lib
-
-
-def install(path=None):
+def install(path: Optional[str] = None) -> List[str]:
     """Makes Strata PyTorch's CUDA allocator; returns the hooks wired.
 
-    Must run before CUDA is initialised in this process. Calling it again
-    does nothing.
+    `path`: libstrata_torch.so to load (default: found as _native.find
+    says). Must run before CUDA is initialised in this process, else
+    StrataTorchError; so does a library that cannot be loaded. Calling it
+    again does nothing and returns [].
     """
     global _lib
     if _lib is not None:
@@ -97,10 +53,10 @@ def install(path=None):
             "a tensor is already on the GPU, or torch.cuda was used, and PyTorch cannot "
             "swap the allocator after that. Call strata_torch.install() first thing in "
             "the program, before any .cuda(), .to('cuda') or torch.cuda call.")
-    path = _library_path(path)
-    lib = _load(path)
+    where = _native.find(_native.TORCH_PLUGIN, path)
+    lib = _native.load(_native.TORCH_PLUGIN, where, StrataTorchError)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
-        path, "strata_torch_malloc", "strata_torch_free")
+        where, "strata_torch_malloc", "strata_torch_free")
     handle = getattr(allocator, "_allocator", None)
     wired = []
     for setter, symbol in _HOOKS:
@@ -113,24 +69,24 @@ def install(path=None):
     return wired
 
 
-def installed():
+def installed() -> bool:
     """True once install() succeeded."""
     return _lib is not None
 
 
-def _library():
+def _library() -> ctypes.CDLL:
     if _lib is None:
         raise StrataTorchError("strata_torch.install() has not run")
     return _lib
 
 
-def _device(device):
+def _device(device: Device) -> int:
     if device is None:
         return torch.cuda.current_device()
     return device.index if hasattr(device, "index") else int(device)
 
 
-def _text(function, device):
+def _text(function: str, device: Device) -> str:
     lib = _library()
     pointer = getattr(lib, function)(_device(device))
     if not pointer:
@@ -141,26 +97,27 @@ def _text(function, device):
         lib.strata_torch_string_free(pointer)
 
 
-def _offloaded():
+def _offloaded() -> Any:
     """The active offload() when install() has not run (the sim device)."""
     if _lib is not None:
         return None
-    import strata_offload  # pylint: disable=import-outside-toplevel
+    from . import _offload  # pylint: disable=import-outside-toplevel
 
-    return strata_offload.active()
+    return _offload.active()
 
 
-def memory_stats(device=None):
+def memory_stats(device: Device = None) -> Dict[str, int]:
     """Counters with torch.cuda.memory_stats() names, as a dict; with an
     offload() on the sim device, its allocator's, the tiers' ("offload.*")
-    and the prefetcher's ("prefetch.*")."""
+    and the prefetcher's ("prefetch.*"). StrataTorchError when neither
+    install() nor offload() has run."""
     off = _offloaded()
     if off is not None:
         return off.memory_stats()
     return json.loads(_text("strata_torch_stats_json", device))
 
 
-def memory_summary(device=None):
+def memory_summary(device: Device = None) -> str:
     """The table of torch.cuda.memory_summary(), from Strata (with an
     offload(): its allocator's, with the tiers' and prefetcher's sections)."""
     off = _offloaded()
@@ -169,23 +126,23 @@ def memory_summary(device=None):
     return _text("strata_torch_memory_summary", device)
 
 
-def snapshot(device=None):
+def snapshot(device: Device = None) -> Dict[str, Any]:
     """Strata's snapshot (docs/allocator.md) as a dict."""
     return json.loads(_text("strata_torch_snapshot_json", device))
 
 
-def last_oom_report(device=None):
+def last_oom_report(device: Device = None) -> Optional[Dict[str, Any]]:
     """The last OOM report as a dict, or None."""
     return json.loads(_text("strata_torch_last_oom_report", device))
 
 
-def empty_cache():
+def empty_cache() -> None:
     """Returns every device's cached memory (torch.cuda.empty_cache does the
     same when PyTorch took the reset hook)."""
     _library().strata_torch_empty_cache()
 
 
-def _oom_error(device):
+def _oom_error(device: Device) -> Exception:
     report = last_oom_report(device) or {}
     return torch.cuda.OutOfMemoryError(
         f"CUDA out of memory: Strata could not allocate {report.get('requested', '?')} bytes "
@@ -194,7 +151,7 @@ def _oom_error(device):
 
 
 @contextlib.contextmanager
-def out_of_memory_errors(device=None):
+def out_of_memory_errors(device: Device = None) -> Iterator[None]:
     """Raises torch.cuda.OutOfMemoryError, with Strata's report, when an
     allocation fails inside the block (whether PyTorch raised something or
     carried on with a null pointer)."""
@@ -207,12 +164,3 @@ def out_of_memory_errors(device=None):
         raise
     if memory_stats(device)["num_ooms"] > before:
         raise _oom_error(device)
-
-
-def offload(model, **options):
-    """Parameters and Adam state in Strata's offload tiers, fetched ahead by
-    its prefetcher (strata_offload.py, docs/integrations.md): returns the
-    Offload; call its step() where optimizer.step() was."""
-    import strata_offload  # pylint: disable=import-outside-toplevel
-
-    return strata_offload.offload(model, **options)
