@@ -8,26 +8,20 @@ namespace strata {
 
 namespace {
 
-template <class Fn>
-void for_each_array(const allocator_stats& s, Fn fn) {
-  fn("allocation", s.allocation);
-  fn("segment", s.segment);
-  fn("active", s.active);
-  fn("inactive_split", s.inactive_split);
-  fn("allocated_bytes", s.allocated_bytes);
-  fn("reserved_bytes", s.reserved_bytes);
-  fn("active_bytes", s.active_bytes);
-  fn("inactive_split_bytes", s.inactive_split_bytes);
-  fn("requested_bytes", s.requested_bytes);
+// Calls fn(name, array) for each stat array of `s` (const or not).
+template <class Stats, class Fn>
+void for_each_array(Stats& s, Fn fn) {
+#define STRATA_VISIT_ARRAY(name, what) fn(#name, s.name);
+  STRATA_ALLOCATOR_STAT_ARRAYS(STRATA_VISIT_ARRAY)
+#undef STRATA_VISIT_ARRAY
 }
 
 }  // namespace
 
 void allocator_stats::reset_peaks() noexcept {
-  for (stat_array* a : {&allocation, &segment, &active, &inactive_split, &allocated_bytes,
-                        &reserved_bytes, &active_bytes, &inactive_split_bytes, &requested_bytes}) {
-    for (auto& st : a->pools) st.peak = st.current;
-  }
+  for_each_array(*this, [](const char* /*name*/, stat_array& a) {
+    for (auto& st : a.pools) st.peak = st.current;
+  });
 }
 
 std::map<std::string, std::int64_t> allocator_stats::to_map() const {
@@ -42,15 +36,7 @@ std::map<std::string, std::int64_t> allocator_stats::to_map() const {
       out[prefix + "freed"] = a.pools[p].freed;
     }
   });
-  out["num_alloc_retries"] = num_alloc_retries;
-  out["num_ooms"] = num_ooms;
-  out["num_sync_all_streams"] = num_sync_all_streams;
-  out["num_device_alloc"] = num_device_alloc;
-  out["num_device_free"] = num_device_free;
-  out["num_stitches"] = num_stitches;
-  out["stitched_bytes"] = stitched_bytes;
-  out["num_device_waits"] = num_device_waits;
-  out["device_wait_ns"] = device_wait_ns;
+  out.insert({STRATA_ALLOCATOR_COUNTERS(STRATA_COUNTER_ENTRY)});
   driver_call_total all;
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
     const std::string name = driver_call_name(static_cast<driver_call>(k));

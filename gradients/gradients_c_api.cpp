@@ -109,19 +109,7 @@ strata_status strata_gradient_buckets_no_sync(strata_gradient_buckets* b, int on
 strata_status strata_gradient_buckets_stats_json(strata_gradient_buckets* b, char** out) {
   strata::gradient_buckets* impl = slot_target(b);
   if (impl == nullptr) return no_buckets(b);
-  const strata::gradient_buckets::counters c = impl->stats();
-  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
-  const strata::stat_map m{{"steps", v(c.steps)},
-                           {"reductions", v(c.reductions)},
-                           {"bytes_reduced", v(c.bytes_reduced)},
-                           {"bytes_copied", v(c.bytes_copied)},
-                           {"bytes_cast", v(c.bytes_cast)},
-                           {"rebuilds", v(c.rebuilds)},
-                           {"buckets", v(c.buckets)},
-                           {"staging_bytes", v(c.staging_bytes)},
-                           {"gradient_bytes", v(c.gradient_bytes)},
-                           {"registered_bytes", v(c.registered_bytes)}};
-  return strata::c_api::copy_out(m, out);
+  return strata::c_api::copy_out(impl->stats().to_map(), out);
 }
 
 }  // extern "C"

@@ -122,7 +122,7 @@ strata_status strata_prefetcher_add_sharded(strata_prefetcher* p, uint64_t handl
 strata_status strata_prefetcher_stats_json(strata_prefetcher* p, char** out) {
   auto* impl = slot_target(p);
   if (impl == nullptr) return no_prefetcher(p);
-  return strata::c_api::copy_out(strata::prefetcher::to_map(impl->stats()), out);
+  return strata::c_api::copy_out(impl->stats().to_map(), out);
 }
 
 }  // extern "C"

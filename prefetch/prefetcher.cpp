@@ -18,7 +18,7 @@ result<std::unique_ptr<prefetcher>> prefetcher::create(residency_manager& buffer
   if (auto s = check_allocator_options(all); !s) return s;
   std::unique_ptr<prefetcher> p(new prefetcher(buffers, options));
   p->stats_source_ = buffers.device_allocator().add_stats_source(
-      "prefetch", [raw = p.get()] { return to_map(raw->stats()); });
+      "prefetch", [raw = p.get()] { return raw->stats().to_map(); });
   return p;
 }
 
@@ -313,36 +313,6 @@ prefetcher::counters prefetcher::stats() {
   c.gather_failures = g.gather_failures;
   c.gathered_bytes = g.gathered_bytes;
   return c;
-}
-
-stat_map prefetcher::to_map(const counters& c) {
-  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
-  return {{"steps", v(c.steps)},
-          {"recorded", v(c.recorded)},
-          {"in_order", v(c.in_order)},
-          {"resyncs", v(c.resyncs)},
-          {"unrecorded", v(c.unrecorded)},
-          {"issued_device", v(c.issued_device)},
-          {"issued_host", v(c.issued_host)},
-          {"over_budget", v(c.over_budget)},
-          {"no_room", v(c.no_room)},
-          {"hints", v(c.hints)},
-          {"hints_not_issued", v(c.hints_not_issued)},
-          {"hits", v(c.hits)},
-          {"late_fills", v(c.late_fills)},
-          {"stall_ns", v(c.stall_ns)},
-          {"wasted", v(c.wasted)},
-          {"wasted_bytes", v(c.wasted_bytes)},
-          {"step_bytes_to_host", v(c.step_bytes_to_host)},
-          {"step_bytes_to_nvme", v(c.step_bytes_to_nvme)},
-          {"step_bytes_from_nvme", v(c.step_bytes_from_nvme)},
-          {"step_bytes_from_host", v(c.step_bytes_from_host)},
-          {"gathers", v(c.gathers)},
-          {"gathers_ahead", v(c.gathers_ahead)},
-          {"gathers_reused", v(c.gathers_reused)},
-          {"reshards", v(c.reshards)},
-          {"gather_failures", v(c.gather_failures)},
-          {"gathered_bytes", v(c.gathered_bytes)}};
 }
 
 }  // namespace strata

@@ -145,7 +145,7 @@ strata_status strata_residency_where(strata_residency* r, uint64_t handle, strat
 strata_status strata_residency_stats_json(strata_residency* r, char** out) {
   auto* impl = slot_target(r);
   if (impl == nullptr) return no_manager(r);
-  return strata::c_api::copy_out(strata::residency_manager::to_map(impl->stats()), out);
+  return strata::c_api::copy_out(impl->stats().to_map(), out);
 }
 
 }  // extern "C"

@@ -105,7 +105,7 @@ result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& 
   m->handler_ =
       alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
   m->stats_source_ =
-      alloc.add_stats_source("offload", [raw = m.get()] { return to_map(raw->stats()); });
+      alloc.add_stats_source("offload", [raw = m.get()] { return raw->stats().to_map(); });
   if (m->nvme_ != nullptr) m->reader_ = std::thread([raw = m.get()] { raw->reader_loop(); });
   return m;
 }
@@ -469,41 +469,6 @@ residency_manager::counters residency_manager::stats() {
   c.prefetch_hits += probes_->hits();
   c.late_fills += probes_->late();
   return c;
-}
-
-stat_map residency_manager::to_map(const counters& c) {
-  const auto v = [](std::uint64_t x) { return static_cast<std::int64_t>(x); };
-  return {{"device_bytes", v(c.device_bytes)},
-          {"host_bytes", v(c.host_bytes)},
-          {"nvme_bytes", v(c.nvme_bytes)},
-          {"spills_to_host", v(c.spills_to_host)},
-          {"spills_to_nvme", v(c.spills_to_nvme)},
-          {"fills_from_host", v(c.fills_from_host)},
-          {"fills_from_nvme", v(c.fills_from_nvme)},
-          {"bytes_moved", v(c.bytes_moved)},
-          {"bytes_to_host", v(c.bytes_to_host)},
-          {"bytes_to_nvme", v(c.bytes_to_nvme)},
-          {"bytes_from_nvme", v(c.bytes_from_nvme)},
-          {"bytes_from_host", v(c.bytes_from_host)},
-          {"staging_bytes", v(c.staging_bytes)},
-          {"fill_wait_ns", v(c.fill_wait_ns)},
-          {"prefetch_reads", v(c.prefetch_reads)},
-          {"prefetch_copies", v(c.prefetch_copies)},
-          {"prefetch_hits", v(c.prefetch_hits)},
-          {"late_fills", v(c.late_fills)},
-          {"stall_ns", v(c.stall_ns)},
-          {"prefetch_wasted", v(c.prefetch_wasted)},
-          {"prefetch_wasted_bytes", v(c.prefetch_wasted_bytes)},
-          {"prefetch_no_room", v(c.prefetch_no_room)},
-          {"prefetch_failed", v(c.prefetch_failed)},
-          {"fills_in_flight", v(c.fills_in_flight)},
-          {"prefetched_bytes", v(c.prefetched_bytes)},
-          {"clean_spills", v(c.clean_spills)},
-          {"shadow_bytes", v(c.shadow_bytes)},
-          {"nvme_kept_bytes", v(c.nvme_kept_bytes)},
-          {"writebacks", v(c.writebacks)},
-          {"writeback_bytes", v(c.writeback_bytes)},
-          {"writebacks_dropped", v(c.writebacks_dropped)}};
 }
 
 }  // namespace strata

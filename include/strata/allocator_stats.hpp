@@ -30,6 +30,7 @@
 #include <map>
 #include <string>
 
+#include "strata/counter_list.hpp"
 #include "strata/device.hpp"
 #include "strata/export.hpp"
 
@@ -83,27 +84,36 @@ struct stat_array {
   const stat& operator[](stat_pool p) const noexcept { return pools[p]; }
 };
 
+/// The stat arrays (see the top of this file), by their PyTorch names.
+#define STRATA_ALLOCATOR_STAT_ARRAYS(X)                           \
+  X(allocation, "blocks handed to callers, not yet freed")        \
+  X(segment, "physical pages held")                               \
+  X(active, "allocated blocks and freed ones awaiting events")    \
+  X(inactive_split, "free blocks inside mapped pages")            \
+  X(allocated_bytes, "bytes of allocation")                       \
+  X(reserved_bytes, "bytes of segment")                           \
+  X(active_bytes, "bytes of active")                              \
+  X(inactive_split_bytes, "mapped bytes not under active blocks") \
+  X(requested_bytes, "the callers' sizes of allocated blocks")
+/// The plain counters (counter_list.hpp), by their PyTorch names.
+#define STRATA_ALLOCATOR_COUNTERS(X)                                      \
+  X(num_alloc_retries, "allocations retried after freeing cached memory") \
+  X(num_ooms, "allocations that failed")                                  \
+  X(num_sync_all_streams, "device synchronizations for frees")            \
+  X(num_device_alloc, "pages created")                                    \
+  X(num_device_free, "pages released")                                    \
+  X(num_stitches, "requests backed partly by pages moved from holes")     \
+  X(stitched_bytes, "bytes of those moved pages")                         \
+  X(num_device_waits,                                                     \
+    "waits for device work inside the allocator's calls (events, "        \
+    "device synchronizations)")                                           \
+  X(device_wait_ns, "their time in ns on the device's host_clock")
+
 struct STRATA_API allocator_stats {
-  stat_array allocation;
-  stat_array segment;
-  stat_array active;
-  stat_array inactive_split;
-  stat_array allocated_bytes;
-  stat_array reserved_bytes;
-  stat_array active_bytes;
-  stat_array inactive_split_bytes;
-  stat_array requested_bytes;
-  std::int64_t num_alloc_retries = 0;
-  std::int64_t num_ooms = 0;
-  std::int64_t num_sync_all_streams = 0;
-  std::int64_t num_device_alloc = 0;
-  std::int64_t num_device_free = 0;
-  std::int64_t num_stitches = 0;    // requests backed partly by pages moved from holes
-  std::int64_t stitched_bytes = 0;  // bytes of those moved pages
-  /// Waits for device work inside the allocator's calls (events, device
-  /// synchronizations), and their time in ns on the device's host_clock.
-  std::int64_t num_device_waits = 0;
-  std::int64_t device_wait_ns = 0;
+#define STRATA_STAT_ARRAY_MEMBER(name, what) stat_array name;
+  STRATA_ALLOCATOR_STAT_ARRAYS(STRATA_STAT_ARRAY_MEMBER)
+#undef STRATA_STAT_ARRAY_MEMBER
+  STRATA_ALLOCATOR_COUNTERS(STRATA_SIGNED_COUNTER_MEMBER)
   /// The device's driver calls by kind (the whole device's: the layers
   /// above that use it are counted too), filled in when stats are read.
   driver_call_totals driver{};

@@ -58,7 +58,9 @@
 
 #include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
+#include "strata/counter_list.hpp"
 #include "strata/gradient_buffer.hpp"
+#include "strata/strata.hpp"
 
 namespace strata {
 
@@ -137,21 +139,27 @@ class STRATA_API gradient_buckets {
   /// Gradient accumulation: while on, steps reduce nothing.
   void no_sync(bool on);
 
-  /// Counters since creation.
+  /// Counters since creation (counter_list.hpp).
+#define STRATA_GRADIENT_BUCKET_COUNTERS(X)                              \
+  X(steps, "finished steps, synchronized or not")                       \
+  X(reductions, "bucket all-reduces queued")                            \
+  X(bytes_reduced, "their bytes")                                       \
+  X(bytes_copied, "packed into staging (copy mode)")                    \
+  X(bytes_cast, "written by reduce_type's casts, there and back")       \
+  X(rebuilds, "0 or 1")                                                 \
+  X(buckets, "buckets now")                                             \
+  X(staging_bytes, "device bytes of the staging buffers")               \
+  X(gradient_bytes, "device bytes of the gradient buffer")              \
+  X(registered_bytes,                                                   \
+    "bytes registered with the communicator (ncclCommRegister): the "   \
+    "gradient buffer and the staging buffers; 0 when the communicator " \
+    "cannot register (NCCL older than 2.19)")
   struct counters {
-    std::uint64_t steps = 0;          ///< finished steps, synchronized or not
-    std::uint64_t reductions = 0;     ///< bucket all-reduces queued
-    std::uint64_t bytes_reduced = 0;  ///< their bytes
-    std::uint64_t bytes_copied = 0;   ///< packed into staging (copy mode)
-    std::uint64_t bytes_cast = 0;     ///< written by reduce_type's casts, there and back
-    std::uint64_t rebuilds = 0;       ///< 0 or 1
-    std::size_t buckets = 0;          ///< buckets now
-    std::size_t staging_bytes = 0;    ///< device bytes of the staging buffers
-    std::size_t gradient_bytes = 0;   ///< device bytes of the gradient buffer
-    /// Bytes registered with the communicator (ncclCommRegister): the
-    /// gradient buffer and the staging buffers; 0 when the communicator
-    /// cannot register (NCCL older than 2.19).
-    std::size_t registered_bytes = 0;
+    STRATA_GRADIENT_BUCKET_COUNTERS(STRATA_COUNTER_MEMBER)
+    /// The counters by name (strata_gradient_buckets_stats_json).
+    [[nodiscard]] stat_map to_map() const {
+      return {STRATA_GRADIENT_BUCKET_COUNTERS(STRATA_COUNTER_ENTRY)};
+    }
   };
   [[nodiscard]] counters stats() const;
   /// The buckets now: parameter indices of each, in reduction order.

@@ -63,6 +63,7 @@
 
 #include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
+#include "strata/counter_list.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/residency.hpp"
@@ -129,44 +130,44 @@ class STRATA_API prefetcher {
   status add_sharded(std::uint64_t handle, communicator& comm, stream_handle comm_stream,
                      dtype type);
 
+  /// The counters (counter_list.hpp): the residency manager's side of
+  /// the fills is hits to wasted_bytes; step_bytes_* are the last ended
+  /// step's.
+#define STRATA_PREFETCHER_COUNTERS(X)                                                  \
+  X(steps, "steps ended")                                                              \
+  X(recorded, "accesses in the order")                                                 \
+  X(in_order, "acquires that matched the order")                                       \
+  X(resyncs, "acquires that re-synchronized the cursor")                               \
+  X(unrecorded, "acquires of buffers not in the order")                                \
+  X(issued_device, "fetches to the device issued")                                     \
+  X(issued_host, "NVMe reads to the host issued")                                      \
+  X(over_budget, "walks stopped by prefetch_bytes or prefetch_inflight")               \
+  X(no_room, "fetches not issued for lack of memory")                                  \
+  X(hints, "prefetch() calls")                                                         \
+  X(hints_not_issued, "hints over budget, without room or not needed")                 \
+  X(hits, "the residency manager's prefetch_hits")                                     \
+  X(late_fills, "the residency manager's late_fills")                                  \
+  X(stall_ns, "the residency manager's stall_ns")                                      \
+  X(wasted, "the residency manager's prefetch_wasted")                                 \
+  X(wasted_bytes, "the residency manager's prefetch_wasted_bytes")                     \
+  X(step_bytes_to_host, "bytes spilled device -> host in the last ended step")         \
+  X(step_bytes_to_nvme, "bytes spilled to NVMe in the last ended step")                \
+  X(step_bytes_from_nvme, "bytes filled from NVMe in the last ended step")             \
+  X(step_bytes_from_host, "bytes filled host -> device in the last ended step")        \
+  X(gathers, "sharded parameters: all-gathers queued")                                 \
+  X(gathers_ahead, "all-gathers queued ahead of their acquire")                        \
+  X(gathers_reused, "acquires served by a full buffer kept within reuse_distance")     \
+  X(reshards, "full buffers freed after release")                                      \
+  X(gather_failures, "gathers that failed to queue (the acquire retries and reports)") \
+  X(gathered_bytes, "device bytes of full buffers held now")
   struct counters {
-    std::uint64_t steps = 0;             ///< steps ended
-    std::uint64_t recorded = 0;          ///< accesses in the order
-    std::uint64_t in_order = 0;          ///< acquires that matched the order
-    std::uint64_t resyncs = 0;           ///< acquires that re-synchronized the cursor
-    std::uint64_t unrecorded = 0;        ///< acquires of buffers not in the order
-    std::uint64_t issued_device = 0;     ///< fetches to the device issued
-    std::uint64_t issued_host = 0;       ///< NVMe reads to the host issued
-    std::uint64_t over_budget = 0;       ///< walks stopped by prefetch_bytes or prefetch_inflight
-    std::uint64_t no_room = 0;           ///< fetches not issued for lack of memory
-    std::uint64_t hints = 0;             ///< prefetch() calls
-    std::uint64_t hints_not_issued = 0;  ///< hints over budget, without room or not needed
-    /// The residency manager's side of the fills (see its counters).
-    std::uint64_t hits = 0;
-    std::uint64_t late_fills = 0;
-    std::uint64_t stall_ns = 0;
-    std::uint64_t wasted = 0;
-    std::uint64_t wasted_bytes = 0;
-    /// Bytes moved between tiers during the last ended step.
-    std::uint64_t step_bytes_to_host = 0;
-    std::uint64_t step_bytes_to_nvme = 0;
-    std::uint64_t step_bytes_from_nvme = 0;
-    std::uint64_t step_bytes_from_host = 0;
-    /// Sharded parameters: all-gathers queued, those queued ahead of their
-    /// acquire, acquires served by a full buffer kept within
-    /// reuse_distance, full buffers freed after release, gathers that
-    /// failed to queue (the acquire retries and reports), and device bytes
-    /// of full buffers held now.
-    std::uint64_t gathers = 0;
-    std::uint64_t gathers_ahead = 0;
-    std::uint64_t gathers_reused = 0;
-    std::uint64_t reshards = 0;
-    std::uint64_t gather_failures = 0;
-    std::uint64_t gathered_bytes = 0;
+    STRATA_PREFETCHER_COUNTERS(STRATA_COUNTER_MEMBER)
+    /// The counters by name (the "prefetch" stats section).
+    [[nodiscard]] stat_map to_map() const {
+      return {STRATA_PREFETCHER_COUNTERS(STRATA_COUNTER_ENTRY)};
+    }
   };
   [[nodiscard]] counters stats();
-  /// The counters by name (the "prefetch" stats section).
-  [[nodiscard]] static stat_map to_map(const counters& c);
 
  private:
   prefetcher(residency_manager& buffers, const offload_options& options);

@@ -83,6 +83,7 @@
 #include <vector>
 
 #include "strata/allocator_options.hpp"
+#include "strata/counter_list.hpp"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/residency.h"
@@ -219,54 +220,62 @@ class STRATA_API residency_manager {
   /// none is left); returns the bytes freed. The pressure handler.
   std::size_t spill(std::size_t bytes);
 
+  /// The counters (counter_list.hpp).
+#define STRATA_RESIDENCY_COUNTERS(X)                                           \
+  X(device_bytes, "bytes of buffers on the device now")                        \
+  X(host_bytes, "bytes of buffers in host memory now")                         \
+  X(nvme_bytes, "bytes of buffers on NVMe now")                                \
+  X(spills_to_host, "buffers spilled device -> host")                          \
+  X(spills_to_nvme, "buffers spilled to NVMe")                                 \
+  X(fills_from_host, "buffers filled host -> device")                          \
+  X(fills_from_nvme, "buffers filled from NVMe")                               \
+  X(bytes_moved, "bytes moved between tiers")                                  \
+  X(bytes_to_host, "spilled device -> host")                                   \
+  X(bytes_to_nvme, "spilled host or device -> NVMe")                           \
+  X(bytes_from_nvme, "filled NVMe -> host or device")                          \
+  X(bytes_from_host, "filled host -> device")                                  \
+  X(staging_bytes, "host memory of fills still in flight")                     \
+  X(fill_wait_ns, "time callers spent in fills (I/O, waits)")                  \
+  X(prefetch_reads, "NVMe reads issued by prefetch()")                         \
+  X(prefetch_copies, "host-to-device copies issued by prefetch()")             \
+  X(prefetch_hits,                                                             \
+    "acquires of prefetched buffers done by the time the stream needed "       \
+    "them (it waited at most 50 us)")                                          \
+  X(late_fills,                                                                \
+    "acquires the stream had to wait for: fills started at the acquire, and "  \
+    "prefetches still in flight when the stream got to them")                  \
+  X(stall_ns,                                                                  \
+    "time consuming streams waited for late fills (host functions around the " \
+    "wait), plus acquires' waits for reads in flight")                         \
+  X(prefetch_wasted, "prefetched buffers spilled before use")                  \
+  X(prefetch_wasted_bytes, "their bytes")                                      \
+  X(prefetch_no_room, "prefetches not issued for lack of memory")              \
+  X(prefetch_failed, "prefetch reads that failed (reported at acquire)")       \
+  X(fills_in_flight, "reads and copies outstanding now")                       \
+  X(prefetched_bytes, "headed for the device by prefetch, not acquired")       \
+  X(clean_spills,                                                              \
+    "spills of unwritten buffers to a copy kept below: no copy back, no "      \
+    "write")                                                                   \
+  X(shadow_bytes, "host copies kept for unwritten device buffers")             \
+  X(nvme_kept_bytes, "NVMe extents kept for unwritten buffers above")          \
+  X(writebacks, "host buffers given an NVMe copy in the background")           \
+  X(writeback_bytes, "their bytes (written to NVMe)")                          \
+  X(writebacks_dropped,                                                        \
+    "write-behinds whose extent was dropped: the write failed (the "           \
+    "buffer stays on the host, not tried again until it moves there "          \
+    "anew), or the buffer was written or spilled while it ran")
   struct counters {
-    std::uint64_t device_bytes = 0;
-    std::uint64_t host_bytes = 0;
-    std::uint64_t nvme_bytes = 0;
-    std::uint64_t spills_to_host = 0;
-    std::uint64_t spills_to_nvme = 0;
-    std::uint64_t fills_from_host = 0;
-    std::uint64_t fills_from_nvme = 0;
-    std::uint64_t bytes_moved = 0;
-    std::uint64_t bytes_to_host = 0;    ///< spilled device -> host
-    std::uint64_t bytes_to_nvme = 0;    ///< spilled host or device -> NVMe
-    std::uint64_t bytes_from_nvme = 0;  ///< filled NVMe -> host or device
-    std::uint64_t bytes_from_host = 0;  ///< filled host -> device
-    std::uint64_t staging_bytes = 0;    ///< host memory of fills still in flight
-    std::uint64_t fill_wait_ns = 0;     ///< time callers spent in fills (I/O, waits)
-    std::uint64_t prefetch_reads = 0;   ///< NVMe reads issued by prefetch()
-    std::uint64_t prefetch_copies = 0;  ///< host-to-device copies issued by prefetch()
-    /// Acquires of prefetched buffers whose fill was done by the time the
-    /// acquiring stream needed it (it waited at most 50 us).
-    std::uint64_t prefetch_hits = 0;
-    /// Acquires the stream had to wait for: fills started at the acquire,
-    /// and prefetches still in flight when the stream got to them.
-    std::uint64_t late_fills = 0;
-    /// Time consuming streams waited for late fills (host functions around
-    /// the wait), plus acquires' waits for reads in flight (ns).
-    std::uint64_t stall_ns = 0;
-    std::uint64_t prefetch_wasted = 0;        ///< prefetched buffers spilled before use
-    std::uint64_t prefetch_wasted_bytes = 0;  ///< their bytes
-    std::uint64_t prefetch_no_room = 0;       ///< prefetches not issued for lack of memory
-    std::uint64_t prefetch_failed = 0;        ///< prefetch reads that failed (reported at acquire)
-    std::uint64_t fills_in_flight = 0;        ///< reads and copies outstanding now
-    std::uint64_t prefetched_bytes = 0;       ///< headed for the device by prefetch, not acquired
-    /// Spills of unwritten buffers to a copy kept below: no copy back, no write.
-    std::uint64_t clean_spills = 0;
-    std::uint64_t shadow_bytes = 0;     ///< host copies kept for unwritten device buffers
-    std::uint64_t nvme_kept_bytes = 0;  ///< NVMe extents kept for unwritten buffers above
-    std::uint64_t writebacks = 0;       ///< host buffers given an NVMe copy in the background
-    std::uint64_t writeback_bytes = 0;  ///< their bytes (written to NVMe)
-    /// Write-behinds whose extent was dropped: the write failed (the buffer
-    /// stays on the host, not tried again until it moves there anew), or
-    /// the buffer was written or spilled while it ran.
-    std::uint64_t writebacks_dropped = 0;
+    STRATA_RESIDENCY_COUNTERS(STRATA_COUNTER_MEMBER)
+    /// The counters by name (the "offload" stats section).
+    [[nodiscard]] stat_map to_map() const {
+      return {STRATA_RESIDENCY_COUNTERS(STRATA_COUNTER_ENTRY)};
+    }
   };
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
-  [[nodiscard]] allocator& device_allocator() const noexcept { return alloc_; }
-  /// The counters by name (the "offload" stats section).
-  [[nodiscard]] static stat_map to_map(const counters& c);
+  [[nodiscard]] allocator& device_allocator() const noexcept {
+    return alloc_;
+  }
 
  private:
   struct buffer {

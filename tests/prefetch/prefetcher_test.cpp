@@ -578,5 +578,46 @@ TEST(Prefetch, ThreadsShareThePrefetcher) {
   for (const auto h : others) EXPECT_TRUE(r.manager->unregister(h).ok());
 }
 
+// Counters are named once (strata/counter_list.hpp): each struct holds
+// exactly its list's members, and its map has each under the member's name,
+// with its value. The names users read stay as they were.
+TEST(Counters, EachStructsMapHasEveryMemberUnderItsName) {
+  std::uint64_t n = 0;
+#define STRATA_TEST_SET(name, what) c.name = ++n;
+#define STRATA_TEST_CHECK(name, what) \
+  EXPECT_EQ(m.at(#name), static_cast<std::int64_t>(c.name)) << #name;
+  {
+    prefetcher::counters c;
+    STRATA_PREFETCHER_COUNTERS(STRATA_TEST_SET)
+    const stat_map m = c.to_map();
+    EXPECT_EQ(sizeof c, n * sizeof(std::uint64_t)) << "a member outside the list";
+    EXPECT_EQ(m.size(), n);
+    STRATA_PREFETCHER_COUNTERS(STRATA_TEST_CHECK)
+    EXPECT_TRUE(m.contains("hits") && m.contains("late_fills") && m.contains("gathers_ahead"));
+  }
+  n = 0;
+  {
+    residency_manager::counters c;
+    STRATA_RESIDENCY_COUNTERS(STRATA_TEST_SET)
+    const stat_map m = c.to_map();
+    EXPECT_EQ(sizeof c, n * sizeof(std::uint64_t)) << "a member outside the list";
+    EXPECT_EQ(m.size(), n);
+    STRATA_RESIDENCY_COUNTERS(STRATA_TEST_CHECK)
+    EXPECT_TRUE(m.contains("spills_to_nvme") && m.contains("writebacks_dropped"));
+  }
+  n = 0;
+  {
+    allocator_stats c;
+    STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_SET)
+    const stat_map m = c.to_map();
+    STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_CHECK)
+    EXPECT_TRUE(m.contains("num_ooms") && m.contains("device_wait_ns"));
+    EXPECT_TRUE(m.contains("allocated_bytes.all.peak") &&
+                m.contains("inactive_split_bytes.large_pool.freed"));
+  }
+#undef STRATA_TEST_CHECK
+#undef STRATA_TEST_SET
+}
+
 }  // namespace
 }  // namespace strata::testing
