@@ -5,29 +5,15 @@
 
 namespace strata {
 
-namespace {
-
-template <class T>
-T take(result<T> r) {
-  if (!r) throw error(r.error());
-  return std::move(*r);
-}
-
-void check(const status& s) {
-  if (!s) throw error(s);
-}
-
-}  // namespace
-
 allocator::allocator(const allocator_options& options)
-    : impl_(take(caching_allocator::create(options))) {}
+    : impl_(value_or_throw(caching_allocator::create(options))) {}
 
 allocator allocator::from_conf(std::string_view conf) {
-  return allocator(take(parse_allocator_conf(conf)));
+  return allocator(value_or_throw(parse_allocator_conf(conf)));
 }
 
 allocator allocator::from_env() {
-  return allocator(take(allocator_options_from_env()));
+  return allocator(value_or_throw(allocator_options_from_env()));
 }
 
 allocator::allocator(allocator&&) noexcept = default;
@@ -49,28 +35,28 @@ void allocator::moved_from() {
 }
 
 void* allocator::malloc(std::size_t bytes) {
-  return take(impl().malloc(bytes));
+  return value_or_throw(impl().malloc(bytes));
 }
 void allocator::free(void* ptr) {
-  check(impl().free(ptr));
+  throw_if_error(impl().free(ptr));
 }
 void* allocator::malloc_async(std::size_t bytes, void* stream) {
-  return take(impl().malloc_async(bytes, stream));
+  return value_or_throw(impl().malloc_async(bytes, stream));
 }
 void allocator::free_async(void* ptr, void* stream) {
-  check(impl().free_async(ptr, stream));
+  throw_if_error(impl().free_async(ptr, stream));
 }
 void allocator::record_stream(void* ptr, void* stream) {
-  check(impl().record_stream(ptr, stream));
+  throw_if_error(impl().record_stream(ptr, stream));
 }
 void allocator::empty_cache() {
-  check(impl().empty_cache());
+  throw_if_error(impl().empty_cache());
 }
 void allocator::trim(std::size_t keep_bytes) {
-  check(impl().trim(keep_bytes));
+  throw_if_error(impl().trim(keep_bytes));
 }
 void allocator::set_memory_fraction(double fraction) {
-  check(impl().set_memory_fraction(fraction));
+  throw_if_error(impl().set_memory_fraction(fraction));
 }
 stat_map allocator::stats() const {
   return impl().stats_map();
@@ -110,19 +96,19 @@ std::optional<std::size_t> allocator::live_bytes_from(const void* ptr) const {
   return impl().live_bytes_from(ptr);
 }
 memory_info allocator::available_memory() const {
-  return take(impl().available_memory());
+  return value_or_throw(impl().available_memory());
 }
 std::uint64_t allocator::add_pressure_handler(std::function<std::size_t(std::size_t)> handler) {
   return impl().add_pressure_handler(std::move(handler));
 }
 void allocator::remove_pressure_handler(std::uint64_t id) {
-  check(impl().remove_pressure_handler(id));
+  throw_if_error(impl().remove_pressure_handler(id));
 }
 std::uint64_t allocator::add_stats_source(std::string section, std::function<stat_map()> read) {
   return impl().add_stats_source(std::move(section), std::move(read));
 }
 void allocator::remove_stats_source(std::uint64_t id) {
-  check(impl().remove_stats_source(id));
+  throw_if_error(impl().remove_stats_source(id));
 }
 
 }  // namespace strata

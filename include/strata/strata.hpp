@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "strata/allocator_options.hpp"
@@ -41,6 +42,19 @@ class STRATA_API error : public std::runtime_error {
   errc code_;
   std::string message_;
 };
+
+/// Throws error(s) when `s` is an error; does nothing otherwise. For code
+/// that reports failures by exception over calls that return a status.
+inline void throw_if_error(const status& s) {
+  if (!s) throw error(s);
+}
+
+/// The value of `r`, moved out; throws error(r.error()) when it is an error.
+template <class T>
+T value_or_throw(result<T> r) {
+  if (!r) throw error(r.error());
+  return std::move(*r);
+}
 
 /// Counters by their torch.cuda.memory_stats() names.
 using stat_map = std::map<std::string, std::int64_t>;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "plan/checked.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::plan {
@@ -38,20 +37,20 @@ sharded_params::sharded_params(allocator& alloc, communicator* group, stream_han
                                offload_to where, double nvme_gbps) {
   const std::uint64_t ranks = group != nullptr ? static_cast<std::uint64_t>(group->size()) : 1;
   const offload_options o = plan_offload_options(shard_bytes, ranks, where, nvme_gbps);
-  manager_ = checked(residency_manager::create(alloc, o));
-  fetch_ = checked(prefetcher::create(*manager_, o));
+  manager_ = value_or_throw(residency_manager::create(alloc, o));
+  fetch_ = value_or_throw(prefetcher::create(*manager_, o));
   const residency_policy policy = where == offload_to::none   ? residency_policy::pinned_on_device
                                   : where == offload_to::host ? residency_policy::host_only
                                                               : residency_policy::evictable;
   for (const std::size_t bytes : shard_bytes) {
-    const std::uint64_t h = checked(
+    const std::uint64_t h = value_or_throw(
         manager_->register_buffer(std::max<std::size_t>(bytes, 1), buffer_kind::parameter, policy));
     handles_.push_back(h);
     // The shard's bytes (a timing-only device stores none): written once,
     // on the device; offloaded, they are spilled to the host below.
-    checked(manager_->acquire(h, comm_stream.native));
-    check(manager_->release(h, comm_stream.native));
-    if (group != nullptr) check(fetch_->add_sharded(h, *group, comm_stream, type));
+    value_or_throw(manager_->acquire(h, comm_stream.native));
+    throw_if_error(manager_->release(h, comm_stream.native));
+    if (group != nullptr) throw_if_error(fetch_->add_sharded(h, *group, comm_stream, type));
   }
   if (where != offload_to::none) manager_->spill(SIZE_MAX);
 }
@@ -62,29 +61,29 @@ sharded_params::~sharded_params() {
 }
 
 void sharded_params::begin_step() {
-  check(fetch_->begin_step());
+  throw_if_error(fetch_->begin_step());
 }
 
 void sharded_params::end_step() {
-  check(fetch_->end_step());
+  throw_if_error(fetch_->end_step());
 }
 
 void sharded_params::acquire(std::size_t u, stream_handle stream) {
-  checked(fetch_->acquire(handles_.at(u), stream.native, access_mode::read_only));
+  value_or_throw(fetch_->acquire(handles_.at(u), stream.native, access_mode::read_only));
 }
 
 void sharded_params::release(std::size_t u, stream_handle stream) {
-  check(fetch_->release(handles_.at(u), stream.native));
+  throw_if_error(fetch_->release(handles_.at(u), stream.native));
 }
 
 void sharded_params::update(std::size_t u, stream_handle stream, const void* host) {
   const std::uint64_t h = handles_.at(u);
-  const std::size_t bytes = checked(manager_->size_of(h));
-  void* shard = checked(manager_->acquire(h, stream.native, access_mode::read_write));
+  const std::size_t bytes = value_or_throw(manager_->size_of(h));
+  void* shard = value_or_throw(manager_->acquire(h, stream.native, access_mode::read_write));
   device& dev = manager_->device_allocator().dev();
   const status copied = dev.copy_async(shard, host, bytes, copy_direction::host_to_device, stream);
-  check(manager_->release(h, stream.native));
-  check(copied);
+  throw_if_error(manager_->release(h, stream.native));
+  throw_if_error(copied);
 }
 
 void sharded_params::wait_for_reads() {

@@ -6,7 +6,6 @@
 #include <thread>
 #include <vector>
 
-#include "plan/checked.hpp"
 #include "plan/memory_traffic.hpp"
 #include "plan/sharded_params.hpp"
 #include "strata/communicator.hpp"
@@ -160,24 +159,25 @@ class rank_step {
   }
 
  private:
-  double clock() { return checked(dev_.modeled_clock()); }
+  double clock() { return value_or_throw(dev_.modeled_clock()); }
 
   void step() {
     std::vector<unit> backward(z_.forward.rbegin(), z_.forward.rend());
     if (params_) params_->begin_step();
-    if (buckets_) check(buckets_->zero(compute_));
+    if (buckets_) throw_if_error(buckets_->zero(compute_));
     for (std::uint64_t micro = 0; micro < s_.grad_accum; ++micro) {
       const bool last = micro + 1 == s_.grad_accum;
       if (buckets_) buckets_->no_sync(!last);  // DDP accumulates, reduces at the last
       pass(z_.forward, false, last);
       pass(backward, true, last);
-      if (buckets_) check(buckets_->finish(compute_));
+      if (buckets_) throw_if_error(buckets_->finish(compute_));
     }
     if (replicas_ != nullptr) {  // hybrid shard: the shards' replicas average across nodes
       for (const unit& u : z_.forward) {
         const std::size_t shard = ceil_div(u.grads, z_.ranks);
         if (shard > 0) {
-          check(replicas_->all_reduce(buffer_, buffer_, shard, z_.type, reduce_op::avg, comm_));
+          throw_if_error(
+              replicas_->all_reduce(buffer_, buffer_, shard, z_.type, reduce_op::avg, comm_));
         }
       }
     }
@@ -187,17 +187,17 @@ class rank_step {
     if (s_.zero == 1 || s_.zero == 2) {  // the updated parameters, to every rank
       for (const unit& u : z_.forward) gather(ceil_div(u.grads, z_.ranks));
     }
-    check(dev_.synchronize());
+    throw_if_error(dev_.synchronize());
     // The NVMe reads the step issued (ahead, for the next one) end on the
     // disk's clock: the step is not over before they are, or a disk slower
     // than the step would show no time in a single measured step.
     if (params_) params_->wait_for_reads();
   }
 
-  stream_handle make_stream() { return checked(dev_.create_stream()); }
-  event_handle make_event() { return checked(dev_.create_event()); }
+  stream_handle make_stream() { return value_or_throw(dev_.create_stream()); }
+  event_handle make_event() { return value_or_throw(dev_.create_event()); }
   void wait(stream_handle stream, event_handle event) {
-    check(dev_.stream_wait_event(stream, event));
+    throw_if_error(dev_.stream_wait_event(stream, event));
   }
   // DDP: Strata's gradient buckets over the units' gradients (default
   // options: a 1 MiB first bucket, 25 MiB after, reduced in place).
@@ -208,30 +208,30 @@ class rank_step {
       if (u.grads > 0) params.push_back({u.grads, z_.type});
     }
     if (params.empty()) return;
-    buckets_ = checked(gradient_buckets::create(*group_, params, comm_));
+    buckets_ = value_or_throw(gradient_buckets::create(*group_, params, comm_));
   }
   // The matmuls at the matmul rate, then the memory-bound kernels at the
   // memory rate (one after the other on the stream: their times add).
   void kernel(double flops, double bytes) {
-    check(dev_.queue_modeled_kernel(compute_, flops, 0));
-    if (bytes > 0) check(dev_.queue_modeled_kernel(compute_, 0, bytes));
+    throw_if_error(dev_.queue_modeled_kernel(compute_, flops, 0));
+    if (bytes > 0) throw_if_error(dev_.queue_modeled_kernel(compute_, 0, bytes));
   }
   void host_work(const double* seconds) {
-    check(dev_.launch_timed_host_fn(copy_, &take_host_time, const_cast<double*>(seconds)));
+    throw_if_error(dev_.launch_timed_host_fn(copy_, &take_host_time, const_cast<double*>(seconds)));
   }
   // A copy of `bytes` between this rank's buffer and the host (a timing-only
   // device reads and writes no host byte: `&host_` stands for the host side).
   void copy(double bytes, copy_direction direction) {
     const auto n = static_cast<std::size_t>(bytes);
     if (direction == copy_direction::host_to_device) {
-      check(dev_.copy_async(buffer_, &host_, n, direction, copy_));
+      throw_if_error(dev_.copy_async(buffer_, &host_, n, direction, copy_));
     } else {
-      check(dev_.copy_async(&host_, buffer_, n, direction, copy_));
+      throw_if_error(dev_.copy_async(&host_, buffer_, n, direction, copy_));
     }
   }
   void gather(std::size_t shard) {
     if (group_ != nullptr && shard > 0) {
-      check(group_->all_gather(buffer_, buffer_, shard, z_.type, comm_));
+      throw_if_error(group_->all_gather(buffer_, buffer_, shard, z_.type, comm_));
     }
   }
 
@@ -246,7 +246,7 @@ class rank_step {
       }
       kernel(backward ? z_.backward_factor * u.forward_flops : u.forward_flops,
              backward ? backward_traffic * u.forward_bytes : u.forward_bytes);
-      check(dev_.record_event(done_, compute_));
+      throw_if_error(dev_.record_event(done_, compute_));
       if (params_) params_->release(u.index, compute_);
       if (backward) reduce(u, last_micro);
     }
@@ -257,17 +257,17 @@ class rank_step {
   // With the optimizer on the host, this rank's part then goes down.
   void reduce(const unit& u, bool last_micro) {
     if (buckets_ && u.grads > 0) {
-      check(buckets_->mark_ready(bucket_of_[u.index], compute_));
+      throw_if_error(buckets_->mark_ready(bucket_of_[u.index], compute_));
       return;
     }
     if (u.grads == 0 || (s_.zero < 3 && !last_micro)) return;
     if (group_ != nullptr) {
       wait(comm_, done_);
-      check(group_->reduce_scatter(buffer_, buffer_, ceil_div(u.grads, z_.ranks), z_.type,
-                                   reduce_op::avg, comm_));
+      throw_if_error(group_->reduce_scatter(buffer_, buffer_, ceil_div(u.grads, z_.ranks), z_.type,
+                                            reduce_op::avg, comm_));
     }
     if (s_.optimizer == offload_to::none || !last_micro) return;
-    check(dev_.record_event(reduced_, group_ != nullptr ? comm_ : compute_));
+    throw_if_error(dev_.record_event(reduced_, group_ != nullptr ? comm_ : compute_));
     wait(copy_, reduced_);
     copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
          copy_direction::device_to_host);
@@ -276,10 +276,10 @@ class rank_step {
   // The optimizer step on the GPU once the gradients are reduced: Adam's
   // kernels are memory-bound. The parameters' gathers wait for it.
   void optimizer_on_gpu() {
-    check(dev_.record_event(reduced_, comm_));
+    throw_if_error(dev_.record_event(reduced_, comm_));
     wait(compute_, reduced_);
     kernel(0, z_.optimizer_bytes);
-    check(dev_.record_event(done_, compute_));
+    throw_if_error(dev_.record_event(done_, compute_));
     wait(comm_, done_);
   }
 
@@ -298,7 +298,7 @@ class rank_step {
       copy(static_cast<double>(ceil_div(u.grads, z_.ranks)) * z_.element,
            copy_direction::host_to_device);
     }
-    check(dev_.record_event(copied_, copy_));
+    throw_if_error(dev_.record_event(copied_, copy_));
     wait(comm_, copied_);
   }
 
