@@ -19,21 +19,21 @@
 // frees shadows first (the device copy stays, nothing moves); an NVMe store
 // out of space frees kept extents before a write fails.
 #include "pinned_host_pool.hpp"
+#include "residency_core.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata {
 
-void residency_manager::drop_shadow(buffer& b) {
+void residency_core::drop_shadow(buffer& b) {
   b.dirty = true;
   if (b.shadow == nullptr) return;
   host_->free(b.shadow);
   b.shadow = nullptr;
-  stats_.shadow_bytes -= b.bytes;
+  accounts_.c.shadow_bytes -= b.bytes;
 }
 
-bool residency_manager::drop_a_shadow() {
-  if (stats_.shadow_bytes == 0) return false;
+bool residency_core::drop_a_shadow() {
+  if (accounts_.c.shadow_bytes == 0) return false;
   for (auto& [handle, b] : buffers_) {
     if (b.shadow != nullptr) {
       drop_shadow(b);
@@ -43,20 +43,20 @@ bool residency_manager::drop_a_shadow() {
   return false;
 }
 
-void residency_manager::keep_extent(buffer& b) {
+void residency_core::keep_extent(buffer& b) {
   b.kept_extent = true;
-  stats_.nvme_kept_bytes += b.bytes;
+  accounts_.c.nvme_kept_bytes += b.bytes;
 }
 
-void residency_manager::drop_kept_extent(buffer& b) {
+void residency_core::drop_kept_extent(buffer& b) {
   if (!b.kept_extent) return;
   (void)nvme_->erase(b.extent);
   b.kept_extent = false;
-  stats_.nvme_kept_bytes -= b.bytes;
+  accounts_.c.nvme_kept_bytes -= b.bytes;
 }
 
-bool residency_manager::drop_a_kept_extent() {
-  if (stats_.nvme_kept_bytes == 0) return false;
+bool residency_core::drop_a_kept_extent() {
+  if (accounts_.c.nvme_kept_bytes == 0) return false;
   for (auto& [handle, b] : buffers_) {
     if (b.kept_extent) {
       drop_kept_extent(b);
@@ -66,21 +66,21 @@ bool residency_manager::drop_a_kept_extent() {
   return false;
 }
 
-void residency_manager::mark_written(buffer& b) {
+void residency_core::mark_written(buffer& b) {
   drop_shadow(b);
   drop_kept_extent(b);
 }
 
-bool residency_manager::spill_clean(buffer& b) {
+bool residency_core::spill_clean(buffer& b) {
   if (b.where == tier::device && !b.dirty && b.shadow != nullptr) {
     // The device-wide free waits for the work queued on the buffer.
     (void)alloc_.try_free(b.device);
     b.device = nullptr;
     b.host = b.shadow;
     b.shadow = nullptr;
-    stats_.shadow_bytes -= b.bytes;
+    accounts_.c.shadow_bytes -= b.bytes;
     b.dirty = true;
-    moved(b, tier::host, stats_.spills_to_host, false);
+    moved(b, tier::host, accounts_.c.spills_to_host, false);
   } else if (b.kept_extent && (b.where == tier::device || b.where == tier::host)) {
     if (b.where == tier::device) {
       (void)alloc_.try_free(b.device);
@@ -90,12 +90,12 @@ bool residency_manager::spill_clean(buffer& b) {
       b.host = nullptr;
     }
     b.kept_extent = false;  // the extent is the buffer's home again
-    stats_.nvme_kept_bytes -= b.bytes;
-    moved(b, tier::nvme, stats_.spills_to_nvme, false);
+    accounts_.c.nvme_kept_bytes -= b.bytes;
+    moved(b, tier::nvme, accounts_.c.spills_to_nvme, false);
   } else {
     return false;
   }
-  ++stats_.clean_spills;
+  ++accounts_.c.clean_spills;
   return true;
 }
 

@@ -11,16 +11,16 @@
 #include <string>
 
 #include "pinned_host_pool.hpp"
+#include "residency_core.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata {
 
-std::uint64_t residency_manager::spill_order(std::uint64_t handle, const buffer& b) const {
+std::uint64_t residency_core::spill_order(std::uint64_t handle, const buffer& b) const {
   return oracle_ ? oracle_(handle) : ~b.released_at;
 }
 
-residency_manager::buffer* residency_manager::victim(tier from, const std::uint64_t* limit) {
+residency_core::buffer* residency_core::victim(tier from, const std::uint64_t* limit) {
   if (limit == nullptr && from == tier::device) limit = evict_limit_;
   // Making room for a prefetch: only what the oracle says is needed later
   // (without an oracle, a released buffer's next use is unknown: later).
@@ -45,7 +45,7 @@ residency_manager::buffer* residency_manager::victim(tier from, const std::uint6
   return best;
 }
 
-status residency_manager::spill_to_nvme(buffer& b) {
+status residency_core::spill_to_nvme(buffer& b) {
   if (spill_clean(b)) return {};
   if (nvme_ == nullptr) {
     return {errc::out_of_memory, "residency manager: host tier full and no NVMe tier"};
@@ -64,15 +64,15 @@ status residency_manager::spill_to_nvme(buffer& b) {
   host_->free(b.host);
   b.host = nullptr;
   b.extent = *extent;
-  moved(b, tier::nvme, stats_.spills_to_nvme);
+  moved(b, tier::nvme, accounts_.c.spills_to_nvme);
   return {};
 }
 
-result<void*> residency_manager::host_memory(std::size_t bytes) {
+result<void*> residency_core::host_memory(std::size_t bytes) {
   for (bool retired = false;;) {
     auto p = host_->allocate(bytes);
     if (p || p.code() != errc::out_of_memory) return p;
-    if (!retired && stats_.staging_bytes > 0) {
+    if (!retired && accounts_.c.staging_bytes > 0) {
       // Fills in flight hold host memory: wait for them before spilling.
       for (auto& [handle, b] : buffers_) (void)retire(b, true);
       retired = true;
@@ -85,11 +85,11 @@ result<void*> residency_manager::host_memory(std::size_t bytes) {
   }
 }
 
-status residency_manager::spill_to_host(buffer& b) {
+status residency_core::spill_to_host(buffer& b) {
   (void)retire(b, true);
   if (b.prefetched) {  // brought in ahead and never used: wasted
-    ++stats_.prefetch_wasted;
-    stats_.prefetch_wasted_bytes += b.bytes;
+    ++accounts_.c.prefetch_wasted;
+    accounts_.c.prefetch_wasted_bytes += b.bytes;
     set_prefetched(b, false);
   }
   if (spill_clean(b)) return {};  // unwritten: a copy below is the buffer
@@ -115,11 +115,11 @@ status residency_manager::spill_to_host(buffer& b) {
   (void)alloc_.try_free(b.device);
   b.device = nullptr;
   b.host = *host;
-  moved(b, tier::host, stats_.spills_to_host);
+  moved(b, tier::host, accounts_.c.spills_to_host);
   return {};
 }
 
-status residency_manager::spill_a_victim(const std::uint64_t* limit, buffer** spilled) {
+status residency_core::spill_a_victim(const std::uint64_t* limit, buffer** spilled) {
   *spilled = nullptr;
   status passed;
   for (;;) {
@@ -139,7 +139,7 @@ status residency_manager::spill_a_victim(const std::uint64_t* limit, buffer** sp
   return passed;
 }
 
-std::size_t residency_manager::spill(std::size_t bytes) {
+std::size_t residency_core::spill(std::size_t bytes) {
   std::lock_guard lock(mu_);
   std::size_t freed = 0;
   while (freed < bytes) {
@@ -150,7 +150,7 @@ std::size_t residency_manager::spill(std::size_t bytes) {
   return freed;
 }
 
-result<void*> residency_manager::device_memory(std::size_t bytes, const std::uint64_t* limit) {
+result<void*> residency_core::device_memory(std::size_t bytes, const std::uint64_t* limit) {
   // The pressure handler (spill) the allocation may call keeps to `limit`.
   const std::uint64_t* outer = evict_limit_;
   evict_limit_ = limit;
@@ -188,7 +188,7 @@ result<void*> residency_manager::device_memory(std::size_t bytes, const std::uin
   }
 }
 
-status residency_manager::send_home(buffer& b) {
+status residency_core::send_home(buffer& b) {
   if (b.where == tier::device) {
     (void)retire(b, true);  // a finished fill's host copy becomes its shadow
     if (!spill_clean(b)) return stream_to_nvme(b);  // after the releasing stream's work

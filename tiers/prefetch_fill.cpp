@@ -30,15 +30,14 @@
 #include <string>
 
 #include "pinned_host_pool.hpp"
+#include "residency_core.hpp"
 #include "stall_probes.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata {
 
-result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier to,
-                                                     std::uint64_t next_use,
-                                                     prefetch_limits limits) {
+result<prefetch_outcome> residency_core::prefetch(std::uint64_t handle, tier to,
+                                                  std::uint64_t next_use, prefetch_limits limits) {
   std::unique_lock lock(mu_);
   auto started = start_prefetch(handle, to, next_use, limits);
   // A modeled NVMe tier's read is waited for here in real time only (this
@@ -53,9 +52,9 @@ result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier 
   return started;
 }
 
-result<prefetch_outcome> residency_manager::start_prefetch(std::uint64_t handle, tier to,
-                                                           std::uint64_t next_use,
-                                                           prefetch_limits limits) {
+result<prefetch_outcome> residency_core::start_prefetch(std::uint64_t handle, tier to,
+                                                        std::uint64_t next_use,
+                                                        prefetch_limits limits) {
   if (to != tier::host && to != tier::device) {
     return status{errc::invalid_argument,
                   "residency manager: prefetch goes to the host or the device tier"};
@@ -72,7 +71,7 @@ result<prefetch_outcome> residency_manager::start_prefetch(std::uint64_t handle,
     return prefetch_outcome::resident;
   }
   const bool to_device = to == tier::device;
-  if (to_device && !b.prefetched && stats_.prefetched_bytes + b.bytes > limits.device_bytes) {
+  if (to_device && !b.prefetched && accounts_.c.prefetched_bytes + b.bytes > limits.device_bytes) {
     return prefetch_outcome::over_budget;
   }
   if (b.reading) {  // the read is under way: it goes on to the device when in
@@ -81,7 +80,7 @@ result<prefetch_outcome> residency_manager::start_prefetch(std::uint64_t handle,
     set_prefetched(b, true);
     return prefetch_outcome::started;
   }
-  if (stats_.fills_in_flight + 1 > limits.inflight) return prefetch_outcome::over_budget;
+  if (accounts_.c.fills_in_flight + 1 > limits.inflight) return prefetch_outcome::over_budget;
   b.next_use = next_use;
   if (b.where == tier::nvme) {
     auto started = start_read(handle, b, to_device);
@@ -91,20 +90,20 @@ result<prefetch_outcome> residency_manager::start_prefetch(std::uint64_t handle,
   return start_device_copy(b);
 }
 
-result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buffer& b,
-                                                       bool to_device) {
+result<prefetch_outcome> residency_core::start_read(std::uint64_t handle, buffer& b,
+                                                    bool to_device) {
   // Host room: host buffers the oracle says are needed later than this one
   // may be spilled on to NVMe (a spill, waited for as every spill is); the
   // read itself is not waited for.
   const std::uint64_t limit = b.next_use;
   if (!reads_leave_room(b.bytes)) {
     if (to_device) return start_streamed_read(handle, b);
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   auto host = host_->allocate(b.bytes);
   while (!host && host.code() == errc::out_of_memory) {
-    if (stats_.staging_bytes > 0) retire_finished();
+    if (accounts_.c.staging_bytes > 0) retire_finished();
     if (drop_a_shadow()) {
       host = host_->allocate(b.bytes);
       continue;
@@ -117,30 +116,30 @@ result<prefetch_outcome> residency_manager::start_read(std::uint64_t handle, buf
   if (!host) {
     if (host.code() != errc::out_of_memory) return host.error();
     if (to_device) return start_streamed_read(handle, b);
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   b.host = *host;
   b.reading = true;
   reading_bytes_ += b.bytes;
-  ++stats_.fills_in_flight;
-  ++stats_.prefetch_reads;
+  ++accounts_.c.fills_in_flight;
+  ++accounts_.c.prefetch_reads;
   reads_.push_back({handle, b.extent, *host, b.bytes, nullptr, {nullptr, nullptr}, modeled_now()});
   reads_queued_.notify_one();
   return prefetch_outcome::started;
 }
 
-result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t handle, buffer& b) {
+result<prefetch_outcome> residency_core::start_streamed_read(std::uint64_t handle, buffer& b) {
   // A modeled tier's streamed read would end on the reader thread's clock,
   // which the acquiring stream cannot wait for: the acquire streams it.
   if (nvme_->modeled()) {
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   const std::uint64_t limit = b.next_use;
   const std::uint64_t chunk = std::min<std::uint64_t>(staging_chunk_, b.bytes);
   if (!reads_leave_room(2 * chunk)) {
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   read_job job{handle, b.extent, nullptr, b.bytes, nullptr, {nullptr, nullptr}, modeled_now()};
@@ -152,7 +151,7 @@ result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t ha
     if (!p) {
       free_streamed(job);
       if (p.code() != errc::out_of_memory) return p.error();
-      ++stats_.prefetch_no_room;
+      ++accounts_.c.prefetch_no_room;
       return prefetch_outcome::no_room;
     }
     slot = *p;
@@ -163,38 +162,38 @@ result<prefetch_outcome> residency_manager::start_streamed_read(std::uint64_t ha
   if (!dev) {
     free_streamed(job);
     if (dev.code() != errc::out_of_memory) return dev.error();
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   job.dev = *dev;
   b.reading = true;
   reading_bytes_ += 2 * chunk;
-  ++stats_.fills_in_flight;
-  ++stats_.prefetch_reads;
+  ++accounts_.c.fills_in_flight;
+  ++accounts_.c.prefetch_reads;
   reads_.push_back(job);
   reads_queued_.notify_one();
   return prefetch_outcome::started;
 }
 
-bool residency_manager::reads_leave_room(std::uint64_t more) const {
+bool residency_core::reads_leave_room(std::uint64_t more) const {
   return host_capacity_ == 0 || reading_bytes_ + more + 2 * staging_chunk_ <= host_capacity_;
 }
 
-void residency_manager::free_streamed(const read_job& job) {
+void residency_core::free_streamed(const read_job& job) {
   for (void* slot : job.slots) {
     if (slot != nullptr) host_->free(slot);
   }
   if (job.dev != nullptr) (void)alloc_.try_free(job.dev);
 }
 
-result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
+result<prefetch_outcome> residency_core::start_device_copy(buffer& b) {
   const std::uint64_t limit = b.next_use;
   ++b.acquired;  // making room must not spill this buffer on to NVMe
   auto dev = device_memory(b.bytes, &limit);
   --b.acquired;
   if (!dev) {
     if (dev.code() != errc::out_of_memory) return dev.error();
-    ++stats_.prefetch_no_room;
+    ++accounts_.c.prefetch_no_room;
     return prefetch_outcome::no_room;
   }
   if (auto s = queue_fill_copy(b, *dev); !s) {
@@ -202,11 +201,11 @@ result<prefetch_outcome> residency_manager::start_device_copy(buffer& b) {
     return s;
   }
   set_prefetched(b, true);
-  ++stats_.prefetch_copies;
+  ++accounts_.c.prefetch_copies;
   return prefetch_outcome::started;
 }
 
-void residency_manager::reader_loop() {
+void residency_core::reader_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
     std::uint64_t write = 0;
@@ -241,14 +240,14 @@ void residency_manager::reader_loop() {
   }
 }
 
-void residency_manager::finish_read(const read_job& job, status read) {
+void residency_core::finish_read(const read_job& job, status read) {
   buffer& b = buffers_.at(job.handle);  // unregister waits for the read
   b.reading = false;
   b.read_done_at = modeled_now();
   last_read_done_at_ = std::max(last_read_done_at_, b.read_done_at);
   reading_bytes_ -=
       job.dev != nullptr ? 2 * std::min<std::uint64_t>(staging_chunk_, job.bytes) : job.bytes;
-  --stats_.fills_in_flight;
+  --accounts_.c.fills_in_flight;
   if (job.dev != nullptr) {
     for (void* slot : job.slots) host_->free(slot);
   }
@@ -257,15 +256,15 @@ void residency_manager::finish_read(const read_job& job, status read) {
     if (b.host != nullptr) host_->free(b.host);
     b.host = nullptr;
     b.read_failure = std::move(read);
-    ++stats_.prefetch_failed;
+    ++accounts_.c.prefetch_failed;
     set_prefetched(b, false);
   } else if (job.dev != nullptr) {  // streamed: on the device, its copies done
     keep_extent(b);
     b.device = job.dev;
-    moved(b, tier::device, stats_.fills_from_nvme);
+    moved(b, tier::device, accounts_.c.fills_from_nvme);
   } else {
     keep_extent(b);
-    moved(b, tier::host, stats_.fills_from_nvme);
+    moved(b, tier::host, accounts_.c.fills_from_nvme);
     // The next stage, unless an acquire is already waiting to fill it.
     if (b.prefetched && b.acquired == 0) {
       auto copied = start_device_copy(b);
@@ -275,31 +274,31 @@ void residency_manager::finish_read(const read_job& job, status read) {
   reads_done_.notify_all();
 }
 
-void residency_manager::wait_for_reads() {
+void residency_core::wait_for_reads() {
   std::unique_lock lock(mu_);
   // reading_bytes_ counts queued reads and the one being read.
   reads_done_.wait(lock, [&] { return stopping_ || reading_bytes_ == 0; });
   modeled_wait_until(last_read_done_at_);
 }
 
-double residency_manager::modeled_now() const {
+double residency_core::modeled_now() const {
   if (!alloc_.dev().timing_only()) return 0;
   auto now = alloc_.dev().modeled_clock();
   return now ? *now : 0;
 }
 
-void residency_manager::modeled_wait_until(double t) const {
+void residency_core::modeled_wait_until(double t) const {
   if (alloc_.dev().timing_only()) (void)alloc_.dev().advance_modeled_clock(t);
 }
 
-void residency_manager::wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
+void residency_core::wait_for_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
   const auto t0 = std::chrono::steady_clock::now();
   reads_done_.wait(lock, [&] { return !b.reading; });
   // Modeled time: this thread waited for the read to end.
   modeled_wait_until(b.read_done_at);
   const std::uint64_t waited = elapsed_ns(t0);
-  stats_.stall_ns += waited;
-  stats_.fill_wait_ns += waited;
+  accounts_.c.stall_ns += waited;
+  accounts_.c.fill_wait_ns += waited;
 }
 
 }  // namespace strata

@@ -1,474 +1,76 @@
+// The residency manager's interface (strata/residency.hpp) over its core
+// (residency_core.hpp), which does the work: each call forwards.
 #include "strata/residency.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <string>
+#include <utility>
 
-#include "pinned_host_pool.hpp"
-#include "stall_probes.hpp"
-#include "strata/nvme_store.hpp"
+#include "residency_core.hpp"
 
 namespace strata {
-
-namespace {
-
-status unknown(std::uint64_t handle) {
-  return {errc::invalid_argument,
-          "residency manager: no buffer with handle " + std::to_string(handle)};
-}
-
-// `stream` as the device knows it. Errors: invalid_argument for a stream
-// the device did not make (sim; a GPU driver accepts any handle).
-result<stream_handle> check_stream(device& d, void* stream, const char* call) {
-  auto s = d.wrap_stream(stream);
-  if (!s) {
-    return status{errc::invalid_argument,
-                  std::string("residency manager: ") + call + ": " + s.error().message()};
-  }
-  return *s;
-}
-
-}  // namespace
 
 result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& alloc,
                                                                      const offload_options& options,
                                                                      io_faults* nvme_faults) {
-  allocator_options all;
-  all.offload = options;
-  if (auto s = check_allocator_options(all); !s) return s;
-  auto host = pinned_host_pool::create(alloc.dev(), options);
-  if (!host) return host.error();
-  std::unique_ptr<nvme_store> nvme;
-  if (options.nvme_model) {
-    if (!alloc.dev().timing_only()) {
-      return status{errc::invalid_argument,
-                    "residency manager: nvme_model needs a timing-only device "
-                    "(sim:...,data=none); " +
-                        alloc.dev().name() + " moves bytes"};
-    }
-    if (options.nvme_write_behind) {
-      return status{errc::invalid_argument,
-                    "residency manager: nvme_model needs nvme_write_behind:false (the "
-                    "write-behind's time is not modeled)"};
-    }
-    nvme = nvme_store::open_modeled(options, alloc.dev());
-  } else if (!options.nvme_dir.empty()) {
-    auto store = nvme_store::open(options, nvme_faults);
-    if (!store) return store.error();
-    nvme = std::move(*store);
-  }
-  std::unique_ptr<residency_manager> m(
-      new residency_manager(alloc, std::move(*host), std::move(nvme), options.nvme_verify));
-  // Two copy streams: a spill's device-to-host copy need not queue behind
-  // fills in flight (the two directions overlap on the bus); a third for
-  // the reader's streamed prefetches, which it waits for off the mutex.
-  for (stream_handle* s : {&m->spill_stream_, &m->fill_stream_, &m->reader_stream_}) {
-    auto stream = alloc.dev().create_stream();
-    if (!stream) return stream.error();
-    *s = *stream;
-  }
-  for (event_handle* e : {&m->copy_done_, &m->staging_done_[0], &m->staging_done_[1],
-                          &m->reader_done_[0], &m->reader_done_[1]}) {
-    auto event = alloc.dev().create_event();
-    if (!event) return event.error();
-    *e = *event;
-  }
-  if (m->nvme_ != nullptr) {
-    // Two chunks of at most 4 MiB, together at most half the host tier,
-    // whole logical blocks of the NVMe file.
-    const std::size_t block = m->nvme_->logical_block();
-    const std::size_t chunk =
-        std::min<std::size_t>(std::size_t{4} << 20, options.host_capacity / 4);
-    m->staging_chunk_ = std::max(block, chunk / block * block);
-    for (void*& r : m->reserve_) {
-      auto p = alloc.dev().host_alloc(m->staging_chunk_);
-      if (!p) return p.error();
-      r = *p;
-    }
-    // Write-behind keeps the room the read-ahead needs makeable without a
-    // write (at most the whole host tier); off without a host capacity or
-    // with nvme_write_behind off.
-    m->host_capacity_ = options.host_capacity;
-    m->writeback_room_ =
-        options.nvme_write_behind ? std::min(options.host_lookahead, options.host_capacity) : 0;
-    m->nvme_capacity_ = options.nvme_capacity;
-    if (m->writeback_room_ != 0) {
-      m->bounce_bytes_ =
-          std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);
-      m->bounce_.reset(static_cast<unsigned char*>(std::aligned_alloc(block, m->bounce_bytes_)));
-      if (!m->bounce_) {
-        return status{errc::out_of_memory,
-                      "residency manager: no host memory for the write-behind's bounce chunk"};
-      }
-    }
-  }
-  m->handler_ =
-      alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });
-  m->stats_source_ =
-      alloc.add_stats_source("offload", [raw = m.get()] { return raw->stats().to_map(); });
-  if (m->nvme_ != nullptr) m->reader_ = std::thread([raw = m.get()] { raw->reader_loop(); });
-  return m;
+  auto core = residency_core::create(alloc, options, nvme_faults);
+  if (!core) return core.error();
+  return std::unique_ptr<residency_manager>(new residency_manager(std::move(*core)));
 }
 
-residency_manager::residency_manager(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
-                                     std::unique_ptr<nvme_store> nvme, bool verify_nvme)
-    : alloc_(alloc),
-      host_(std::move(host)),
-      nvme_(std::move(nvme)),
-      verify_nvme_(verify_nvme),
-      probes_(std::make_unique<stall_probes>()) {}
+residency_manager::residency_manager(std::unique_ptr<residency_core> core)
+    : core_(std::move(core)) {}
 
-residency_manager::~residency_manager() {
-  try {
-    if (handler_ != 0) alloc_.remove_pressure_handler(handler_);
-    if (stats_source_ != 0) alloc_.remove_stats_source(stats_source_);
-  } catch (const error&) {  // registered by create(): cannot be unknown
-  }
-  if (reader_.joinable()) {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    reads_queued_.notify_all();
-    reader_.join();  // it finishes the read under way and drops the queue
-  }
-  std::lock_guard lock(mu_);
-  for (auto& [handle, b] : buffers_) drop(b);
-  device& d = alloc_.dev();
-  probes_->drain(d);
-  for (const event_handle e :
-       {copy_done_, staging_done_[0], staging_done_[1], reader_done_[0], reader_done_[1]}) {
-    if (e.native != nullptr) (void)d.destroy_event(e);
-  }
-  for (const stream_handle s : {spill_stream_, fill_stream_, reader_stream_}) {
-    if (s.native == nullptr) continue;
-    (void)d.synchronize_stream(s);
-    (void)d.destroy_stream(s);
-  }
-  for (void* r : reserve_) {
-    if (r != nullptr) (void)d.host_free(r);
-  }
-}
-
-std::uint64_t& residency_manager::tier_bytes(tier t) {
-  if (t == tier::device) return stats_.device_bytes;
-  if (t == tier::host) return stats_.host_bytes;
-  return stats_.nvme_bytes;
-}
-
-void residency_manager::moved(buffer& b, tier to, std::uint64_t& count, bool copied) {
-  ++count;
-  // Write-behind (write_behind.cpp): a buffer leaving the host is not the
-  // bytes a write-behind under way copies; one arriving may need one.
-  if (b.where == tier::host) b.write_stale = true;
-  if (to == tier::host) {
-    b.no_writeback = false;
-    reads_queued_.notify_one();
-  }
-  if (!copied) {  // a clean spill: the host copy was there already
-    tier_bytes(b.where) -= b.bytes;
-    tier_bytes(to) += b.bytes;
-    b.where = to;
-    return;
-  }
-  if (to == tier::host && b.where == tier::device) stats_.bytes_to_host += b.bytes;
-  if (to == tier::nvme) stats_.bytes_to_nvme += b.bytes;
-  if (b.where == tier::nvme) stats_.bytes_from_nvme += b.bytes;
-  if (b.where == tier::host && to == tier::device) stats_.bytes_from_host += b.bytes;
-  tier_bytes(b.where) -= b.bytes;
-  tier_bytes(to) += b.bytes;
-  b.where = to;
-  stats_.bytes_moved += b.bytes;
-}
-
-bool residency_manager::retire(buffer& b, bool wait) {
-  if (b.staging == nullptr) return true;
-  device& d = alloc_.dev();
-  if (wait) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)d.synchronize_event(b.filled);  // a failure here still ends the copy
-    stats_.fill_wait_ns += elapsed_ns(t0);
-  } else if (auto done = d.query_event(b.filled); done.ok() && !done.yes()) {
-    return false;
-  }
-  if (b.dirty) {
-    host_->free(b.staging);
-  } else {  // unwritten since the fill: the host copy stays valid
-    b.shadow = b.staging;
-    stats_.shadow_bytes += b.bytes;
-  }
-  b.staging = nullptr;
-  stats_.staging_bytes -= b.bytes;
-  --stats_.fills_in_flight;
-  return true;
-}
-
-void residency_manager::retire_finished() {
-  if (stats_.staging_bytes == 0) return;
-  for (auto& [handle, b] : buffers_) (void)retire(b, false);
-}
-
-void residency_manager::set_prefetched(buffer& b, bool on) {
-  if (b.prefetched == on) return;
-  b.prefetched = on;
-  if (on) {
-    b.released_at = ++tick_;  // brought in for use: not least recently used
-    stats_.prefetched_bytes += b.bytes;
-  } else {
-    stats_.prefetched_bytes -= b.bytes;
-  }
-}
-
-void residency_manager::drop(buffer& b) {
-  (void)retire(b, true);
-  mark_written(b);  // frees the shadow and the kept extent
-  set_prefetched(b, false);
-  if (b.device != nullptr) (void)alloc_.try_free(b.device);
-  if (b.host != nullptr) host_->free(b.host);
-  if (b.where == tier::nvme) (void)nvme_->erase(b.extent);
-  if (b.has_release_event) (void)alloc_.dev().destroy_event(b.released);
-  if (b.has_fill_event) (void)alloc_.dev().destroy_event(b.filled);
-  b.has_fill_event = false;
-  if (b.where != tier::none) tier_bytes(b.where) -= b.bytes;
-  b.device = nullptr;
-  b.host = nullptr;
-  b.where = tier::none;
-  b.has_release_event = false;
-}
+residency_manager::~residency_manager() = default;
 
 result<std::uint64_t> residency_manager::register_buffer(std::size_t bytes, buffer_kind kind,
                                                          residency_policy policy) {
-  if (bytes == 0) return status{errc::invalid_argument, "residency manager: a buffer of 0 bytes"};
-  if (policy == residency_policy::nvme_home && nvme_ == nullptr) {
-    return status{errc::invalid_argument,
-                  "residency manager: an nvme_home buffer needs an NVMe tier (nvme_dir)"};
-  }
-  // A buffer is whole on the device when acquired: one larger than the
-  // device can never be.
-  auto info = alloc_.dev().get_memory_info();
-  if (!info) return info.error();
-  if (bytes > info->total) {
-    return status{errc::invalid_argument, "residency manager: a buffer of " +
-                                              std::to_string(bytes) +
-                                              " bytes is larger than the device (" +
-                                              std::to_string(info->total) + " bytes)"};
-  }
-  std::lock_guard lock(mu_);
-  const std::uint64_t h = next_handle_++;
-  buffers_.emplace(h, buffer{bytes, kind, policy});
-  return h;
-}
-
-status residency_manager::copy(void* dst, const void* src, std::size_t bytes,
-                               copy_direction direction, const event_handle* after) {
-  device& d = alloc_.dev();
-  if (after != nullptr) {
-    if (auto s = d.stream_wait_event(spill_stream_, *after); !s) return s;
-  }
-  if (auto s = d.copy_async(dst, src, bytes, direction, spill_stream_); !s) return s;
-  if (auto s = d.record_event(copy_done_, spill_stream_); !s) return s;
-  return d.synchronize_event(copy_done_);
-}
-
-status residency_manager::queue_fill_copy(buffer& b, void* dev) {
-  device& d = alloc_.dev();
-  if (!b.has_fill_event) {
-    auto e = d.create_event();
-    if (!e) return e.error();
-    b.filled = *e;
-    b.has_fill_event = true;
-  }
-  status queued = d.copy_async(dev, b.host, b.bytes, copy_direction::host_to_device, fill_stream_);
-  if (queued) queued = d.record_event(b.filled, fill_stream_);
-  if (!queued) {
-    (void)d.synchronize_stream(fill_stream_);  // nothing may still read b.host
-    return queued;                             // the caller frees `dev`
-  }
-  b.dirty = false;     // the device copy is the host copy until written
-  b.staging = b.host;  // given back (or kept as the shadow) once the copy is done
-  b.host = nullptr;
-  b.device = dev;
-  stats_.staging_bytes += b.bytes;
-  ++stats_.fills_in_flight;
-  moved(b, tier::device, stats_.fills_from_host);
-  return {};
-}
-
-status residency_manager::fill(buffer& b) {
-  const auto t0 = std::chrono::steady_clock::now();
-  // Device memory first: making room may spill buffers to the host, and the
-  // staging of an NVMe fill may then push those on to NVMe. The other way
-  // round, the staging would hold the host memory the device spills need.
-  auto dev = device_memory(b.bytes);
-  if (!dev) return dev.error();
-  status st;
-  if (b.where == tier::nvme) {
-    auto host = host_memory(b.bytes);
-    if (!host && host.code() == errc::out_of_memory) {
-      st = stream_from_nvme(b, *dev);  // the host tier cannot hold it: straight to the device
-    } else {
-      st = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
-      if (st) {
-        keep_extent(b);
-        b.host = *host;
-        moved(b, tier::host, stats_.fills_from_nvme);
-      } else if (host) {
-        host_->free(*host);
-      }
-    }
-  }
-  if (st && b.where == tier::host) st = queue_fill_copy(b, *dev);
-  if (!st) (void)alloc_.try_free(*dev);  // the buffer stays where it was
-  stats_.fill_wait_ns += elapsed_ns(t0);
-  return st;
-}
-
-status residency_manager::order_after_fill(buffer& b, stream_handle stream, bool late) {
-  device& d = alloc_.dev();
-  bool in_flight = false;
-  if (b.staging != nullptr) {
-    auto done = d.query_event(b.filled);
-    in_flight = !done.ok() || !done.yes();
-  }
-  const bool prefetched = b.prefetched;
-  set_prefetched(b, false);
-  if (late) ++stats_.late_fills;  // filled (or read) by this acquire
-  if (!in_flight) {
-    if (prefetched && !late) ++stats_.prefetch_hits;
-    return {};
-  }
-  // A prefetch still in flight is a hit if it is done when the stream gets
-  // to it (the thread may run ahead of the stream): the probe decides.
-  bool decided = false;
-  status st = probes_->wait(d, stream, b.filled, prefetched && !late, decided);
-  if (prefetched && !late && !decided) ++stats_.late_fills;
-  return st;
+  return core_->register_buffer(bytes, kind, policy);
 }
 
 result<void*> residency_manager::acquire(std::uint64_t handle, void* stream, access_mode mode) {
-  auto consumer = check_stream(alloc_.dev(), stream, "acquire");
-  if (!consumer) return consumer.error();
-  std::unique_lock lock(mu_);
-  retire_finished();
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) return unknown(handle);
-  buffer& b = it->second;
-  ++b.acquired;  // not a victim while it comes in
-  bool late = false;
-  if (b.reading) {
-    wait_for_read(lock, b);
-    late = true;
-  }
-  if (!b.read_failure.ok()) {  // a prefetch's read failed: the buffer is still on NVMe
-    status failed = b.read_failure;
-    b.read_failure = {};
-    --b.acquired;
-    return failed;
-  }
-  if (b.where == tier::none) {
-    auto dev = device_memory(b.bytes);
-    if (!dev) {
-      --b.acquired;
-      return dev.error();
-    }
-    b.device = *dev;
-    b.where = tier::device;
-    stats_.device_bytes += b.bytes;
-  } else if (b.where != tier::device) {
-    if (auto s = fill(b); !s) {
-      --b.acquired;
-      return s;
-    }
-    late = true;
-  }
-  if (auto s = order_after_fill(b, *consumer, late); !s) {
-    --b.acquired;
-    return s;
-  }
-  // Work another stream queued before the last release (a write this
-  // stream must read after, or a read a write here must not overtake)
-  // comes first. Same stream: one compare.
-  if (b.has_release_event && b.released_on != *consumer) {
-    if (auto s = alloc_.dev().stream_wait_event(*consumer, b.released); !s) {
-      --b.acquired;
-      return s;
-    }
-  }
-  if (mode == access_mode::read_write) mark_written(b);
-  return b.device;
+  return core_->acquire(handle, stream, mode);
 }
 
 status residency_manager::release(std::uint64_t handle, void* stream) {
-  if (auto s = check_stream(alloc_.dev(), stream, "release"); !s) return s.error();
-  std::lock_guard lock(mu_);
-  retire_finished();
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) return unknown(handle);
-  buffer& b = it->second;
-  if (b.acquired == 0) {
-    return {errc::invalid_argument,
-            "residency manager: buffer " + std::to_string(handle) + " is not acquired"};
-  }
-  device& d = alloc_.dev();
-  if (!b.has_release_event) {
-    auto e = d.create_event();
-    if (!e) return e.error();
-    b.released = *e;
-    b.has_release_event = true;
-  }
-  if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
-  b.released_on = stream_handle{stream};
-  --b.acquired;
-  b.released_at = ++tick_;
-  if (b.acquired == 0 && b.policy == residency_policy::nvme_home) return send_home(b);
-  return {};
+  return core_->release(handle, stream);
 }
 
 status residency_manager::unregister(std::uint64_t handle) {
-  std::unique_lock lock(mu_);
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) return unknown(handle);
-  if (it->second.acquired > 0) {
-    return {errc::invalid_argument,
-            "residency manager: buffer " + std::to_string(handle) + " is still acquired"};
-  }
-  // A prefetch read into its host memory finishes first (the reader hands
-  // it back to this buffer). A write-behind of it is abandoned at its next
-  // part (write_behind.cpp).
-  if (it->second.reading) reads_done_.wait(lock, [&] { return !it->second.reading; });
-  drop(it->second);
-  buffers_.erase(it);
-  return {};
+  return core_->unregister(handle);
 }
 
 result<tier> residency_manager::where(std::uint64_t handle) {
-  std::lock_guard lock(mu_);
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) return unknown(handle);
-  return it->second.where;
+  return core_->where(handle);
 }
 
 result<std::size_t> residency_manager::size_of(std::uint64_t handle) {
-  std::lock_guard lock(mu_);
-  auto it = buffers_.find(handle);
-  if (it == buffers_.end()) return unknown(handle);
-  return it->second.bytes;
+  return core_->size_of(handle);
+}
+
+result<prefetch_outcome> residency_manager::prefetch(std::uint64_t handle, tier to,
+                                                     std::uint64_t next_use,
+                                                     prefetch_limits limits) {
+  return core_->prefetch(handle, to, next_use, limits);
+}
+
+void residency_manager::wait_for_reads() {
+  core_->wait_for_reads();
 }
 
 void residency_manager::set_eviction_oracle(
     std::function<std::uint64_t(std::uint64_t handle)> next_use, std::uint64_t keep_within) {
-  std::lock_guard lock(mu_);
-  oracle_ = std::move(next_use);
-  keep_within_ = keep_within;
+  core_->set_eviction_oracle(std::move(next_use), keep_within);
+}
+
+std::size_t residency_manager::spill(std::size_t bytes) {
+  return core_->spill(bytes);
 }
 
 residency_manager::counters residency_manager::stats() {
-  std::lock_guard lock(mu_);
-  counters c = stats_;
-  c.stall_ns += probes_->stall_ns();
-  c.prefetch_hits += probes_->hits();
-  c.late_fills += probes_->late();
-  return c;
+  return core_->stats();
+}
+
+allocator& residency_manager::device_allocator() const noexcept {
+  return core_->device_allocator();
 }
 
 }  // namespace strata

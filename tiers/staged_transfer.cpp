@@ -19,8 +19,8 @@
 #include <algorithm>
 
 #include "pinned_host_pool.hpp"
+#include "residency_core.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata {
 
@@ -80,7 +80,7 @@ class staging_slots {
 
 }  // namespace
 
-status residency_manager::stream_to_nvme(buffer& b) {
+status residency_core::stream_to_nvme(buffer& b) {
   staging_slots slots(*host_, reserve_in_use_);
   if (auto s = slots.fill([this](std::size_t n) { return host_memory(n); }, reserve_,
                           std::min(staging_chunk_, b.bytes));
@@ -125,13 +125,13 @@ status residency_manager::stream_to_nvme(buffer& b) {
   (void)alloc_.try_free(b.device);
   b.device = nullptr;
   b.extent = *extent;
-  moved(b, tier::nvme, stats_.spills_to_nvme);
+  moved(b, tier::nvme, accounts_.c.spills_to_nvme);
   return {};
 }
 
-status residency_manager::stream_in(std::uint64_t extent, void* dev, std::size_t bytes,
-                                    void* const slots[2], stream_handle stream,
-                                    const event_handle done[2]) {
+status residency_core::stream_in(std::uint64_t extent, void* dev, std::size_t bytes,
+                                 void* const slots[2], stream_handle stream,
+                                 const event_handle done[2]) {
   device& d = alloc_.dev();
   auto* dst = static_cast<unsigned char*>(dev);
   const std::size_t chunks = (bytes + staging_chunk_ - 1) / staging_chunk_;
@@ -154,7 +154,7 @@ status residency_manager::stream_in(std::uint64_t extent, void* dev, std::size_t
   return st;
 }
 
-status residency_manager::stream_from_nvme(buffer& b, void* dev) {
+status residency_core::stream_from_nvme(buffer& b, void* dev) {
   staging_slots slots(*host_, reserve_in_use_);
   if (auto s = slots.fill([this](std::size_t n) { return host_memory(n); }, reserve_,
                           std::min(staging_chunk_, b.bytes));
@@ -167,7 +167,7 @@ status residency_manager::stream_from_nvme(buffer& b, void* dev) {
   }
   keep_extent(b);  // the copies are done: nothing for the acquirer to wait on
   b.device = dev;
-  moved(b, tier::device, stats_.fills_from_nvme);
+  moved(b, tier::device, accounts_.c.fills_from_nvme);
   return {};
 }
 

@@ -28,16 +28,16 @@
 #include <cstring>
 
 #include "pinned_host_pool.hpp"
+#include "residency_core.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata {
 
-std::uint64_t residency_manager::writeback_candidate() {
+std::uint64_t residency_core::writeback_candidate() {
   if (writeback_room_ == 0) return 0;
   const std::uint64_t in_use = host_->stats().in_use_bytes;
   std::uint64_t room =
-      (in_use < host_capacity_ ? host_capacity_ - in_use : 0) + stats_.shadow_bytes;
+      (in_use < host_capacity_ ? host_capacity_ - in_use : 0) + accounts_.c.shadow_bytes;
   std::uint64_t best = 0;
   std::uint64_t best_key = 0;
   std::size_t best_bytes = 0;
@@ -63,8 +63,8 @@ std::uint64_t residency_manager::writeback_candidate() {
   return best;
 }
 
-void residency_manager::write_behind(std::unique_lock<std::recursive_mutex>& lock,
-                                     std::uint64_t handle) {
+void residency_core::write_behind(std::unique_lock<std::recursive_mutex>& lock,
+                                  std::uint64_t handle) {
   buffer& b = buffers_.at(handle);
   b.write_stale = false;
   const std::size_t bytes = b.bytes;
@@ -95,8 +95,8 @@ void residency_manager::write_behind(std::unique_lock<std::recursive_mutex>& loc
   if (st && !stale) {
     it->second.extent = *extent;
     keep_extent(it->second);
-    ++stats_.writebacks;
-    stats_.writeback_bytes += bytes;
+    ++accounts_.c.writebacks;
+    accounts_.c.writeback_bytes += bytes;
     return;
   }
   if (complete) {
@@ -107,7 +107,7 @@ void residency_manager::write_behind(std::unique_lock<std::recursive_mutex>& loc
   // A failing disk or a full store: the buffer stays on the host and is
   // not tried again until it is spilled there anew (no busy loop).
   if (!st && it != buffers_.end()) it->second.no_writeback = true;
-  ++stats_.writebacks_dropped;
+  ++accounts_.c.writebacks_dropped;
 }
 
 }  // namespace strata
