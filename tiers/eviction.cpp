@@ -16,33 +16,10 @@
 
 namespace strata {
 
-std::uint64_t residency_core::spill_order(std::uint64_t handle, const buffer& b) const {
-  return oracle_ ? oracle_(handle) : ~b.released_at;
-}
-
 residency_core::buffer* residency_core::victim(tier from, const std::uint64_t* limit) {
-  if (limit == nullptr && from == tier::device) limit = evict_limit_;
-  // Making room for a prefetch: only what the oracle says is needed later
-  // (without an oracle, a released buffer's next use is unknown: later).
-  if (!oracle_) limit = nullptr;
-  buffer* best = nullptr;
-  std::uint64_t best_key = 0;
-  bool best_kept = true;
-  for (auto& [handle, b] : buffers_) {
-    if (b.where != from || b.acquired > 0 || !may_leave(b.policy, from)) continue;
-    if (std::find(passed_over_.begin(), passed_over_.end(), &b) != passed_over_.end()) continue;
-    // Least recently released first, or the oracle's farthest next use;
-    // those needed within keep_within_ only when nothing else is left.
-    const std::uint64_t key = spill_order(handle, b);
-    if (limit != nullptr && key <= *limit) continue;
-    const bool kept = oracle_ && key <= keep_within_;
-    if (best == nullptr || (best_kept && !kept) || (kept == best_kept && key > best_key)) {
-      best = &b;
-      best_key = key;
-      best_kept = kept;
-    }
-  }
-  return best;
+  return order_.pick(buffers_, from, limit, [from](const buffer& b) {
+    return b.where == from && b.acquired == 0 && may_leave(b.policy, from);
+  });
 }
 
 status residency_core::spill_to_nvme(buffer& b) {
@@ -127,15 +104,15 @@ status residency_core::spill_a_victim(const std::uint64_t* limit, buffer** spill
     if (v == nullptr) break;
     status s = spill_to_host(*v);
     if (!s && s.code() == errc::out_of_memory && v->policy == residency_policy::host_only) {
-      passed_over_.push_back(v);  // stays on the device; another may go instead
+      order_.pass_over(v);  // stays on the device; another may go instead
       passed = std::move(s);
       continue;
     }
     if (s) *spilled = v;
-    passed_over_.clear();
+    order_.end_spill();
     return s;
   }
-  passed_over_.clear();
+  order_.end_spill();
   return passed;
 }
 
@@ -152,13 +129,7 @@ std::size_t residency_core::spill(std::size_t bytes) {
 
 result<void*> residency_core::device_memory(std::size_t bytes, const std::uint64_t* limit) {
   // The pressure handler (spill) the allocation may call keeps to `limit`.
-  const std::uint64_t* outer = evict_limit_;
-  evict_limit_ = limit;
-  struct restore {
-    const std::uint64_t*& field;
-    const std::uint64_t* value;
-    ~restore() { field = value; }
-  } restore_limit{evict_limit_, outer};
+  const auto scope = order_.limit_to(limit);
   // A prefetch makes room first, within its limit, so that one that cannot
   // fit is not issued quietly rather than through the allocator's OOM
   // chain and report.

@@ -189,7 +189,7 @@ void residency_core::set_prefetched(buffer& b, bool on) {
   if (b.prefetched == on) return;
   b.prefetched = on;
   if (on) {
-    b.released_at = ++tick_;  // brought in for use: not least recently used
+    b.released_at = order_.stamp();  // brought in for use: not least recently used
     accounts_.c.prefetched_bytes += b.bytes;
   } else {
     accounts_.c.prefetched_bytes -= b.bytes;
@@ -396,7 +396,7 @@ status residency_core::release(std::uint64_t handle, void* stream) {
   if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
   b.released_on = stream_handle{stream};
   --b.acquired;
-  b.released_at = ++tick_;
+  b.released_at = order_.stamp();
   if (b.acquired == 0 && b.policy == residency_policy::nvme_home) return send_home(b);
   return {};
 }
@@ -435,8 +435,7 @@ result<std::size_t> residency_core::size_of(std::uint64_t handle) {
 void residency_core::set_eviction_oracle(
     std::function<std::uint64_t(std::uint64_t handle)> next_use, std::uint64_t keep_within) {
   std::lock_guard lock(mu_);
-  oracle_ = std::move(next_use);
-  keep_within_ = keep_within;
+  order_.set_oracle(std::move(next_use), keep_within);
 }
 
 residency_core::counters residency_core::stats() {

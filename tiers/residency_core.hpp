@@ -98,6 +98,7 @@
 
 #include "residency_accounts.hpp"
 #include "strata/residency.hpp"
+#include "victim_order.hpp"
 
 namespace strata {
 
@@ -177,17 +178,13 @@ class residency_core {
 
   residency_core(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                  std::unique_ptr<nvme_store> nvme, bool verify_nvme);
-  // A released device (or host) buffer to move down, or null; with
-  // `limit`, only one the oracle says is needed later than it. Passes over
-  // the buffers in `passed_over_`.
+  // A released device (or host) buffer its policy lets move down, or null
+  // (victim_order::pick decides which).
   buffer* victim(tier from, const std::uint64_t* limit = nullptr);
   // Spills the next device victim: host_only ones the host tier cannot take
   // now are passed over for the next. Null status with `*spilled` null: no
   // victim is left (the error of a passed-over one, if any, is returned).
   status spill_a_victim(const std::uint64_t* limit, buffer** spilled);
-  // Which buffer goes first (larger: sooner): the oracle's next use, else
-  // the least recently released. Shared by victim and write-behind.
-  [[nodiscard]] std::uint64_t spill_order(std::uint64_t handle, const buffer& b) const;
   status spill_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
   // An nvme_home buffer's last release: down to NVMe from where it is.
@@ -306,11 +303,7 @@ class residency_core {
   std::recursive_mutex mu_;
   std::unordered_map<std::uint64_t, buffer> buffers_;
   std::uint64_t next_handle_ = 1;
-  std::uint64_t tick_ = 0;
-  std::function<std::uint64_t(std::uint64_t)> oracle_;
-  std::uint64_t keep_within_ = 0;
-  std::vector<const buffer*> passed_over_;      // spill_a_victim's, for one call
-  const std::uint64_t* evict_limit_ = nullptr;  // set while a prefetch makes device room
+  victim_order<buffer> order_;
   residency_accounts accounts_;
   std::uint64_t handler_ = 0;
   std::uint64_t stats_source_ = 0;

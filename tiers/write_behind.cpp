@@ -48,7 +48,7 @@ std::uint64_t residency_core::writeback_candidate() {
       continue;
     }
     if (b.no_writeback || b.acquired > 0 || !may_leave(b.policy, tier::host)) continue;
-    const std::uint64_t key = spill_order(handle, b);
+    const std::uint64_t key = order_.key(handle, b.released_at);
     if (best == 0 || key > best_key) {
       best = handle;
       best_key = key;
