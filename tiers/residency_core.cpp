@@ -84,22 +84,12 @@ result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
       if (!p) return p.error();
       r = *p;
     }
-    // Write-behind keeps the room the read-ahead needs makeable without a
-    // write (at most the whole host tier); off without a host capacity or
-    // with nvme_write_behind off.
     m->host_capacity_ = options.host_capacity;
-    m->writeback_room_ =
-        options.nvme_write_behind ? std::min(options.host_lookahead, options.host_capacity) : 0;
-    m->nvme_capacity_ = options.nvme_capacity;
-    if (m->writeback_room_ != 0) {
-      m->bounce_bytes_ =
-          std::max(block, std::min<std::size_t>(std::size_t{1} << 20, chunk) / block * block);
-      m->bounce_.reset(static_cast<unsigned char*>(std::aligned_alloc(block, m->bounce_bytes_)));
-      if (!m->bounce_) {
-        return status{errc::out_of_memory,
-                      "residency manager: no host memory for the write-behind's bounce chunk"};
-      }
-    }
+    // Write-behind keeps the room the read-ahead needs makeable without a
+    // write (at most the whole host tier).
+    auto writes = write_behind_budget::create(options, block, chunk);
+    if (!writes) return writes.error();
+    m->writes_ = std::move(*writes);
   }
   m->handler_ =
       alloc.add_pressure_handler([raw = m.get()](std::size_t bytes) { return raw->spill(bytes); });

@@ -99,6 +99,7 @@
 #include "residency_accounts.hpp"
 #include "strata/residency.hpp"
 #include "victim_order.hpp"
+#include "write_behind_budget.hpp"
 
 namespace strata {
 
@@ -243,7 +244,7 @@ class residency_core {
   // The handle of the host buffer to write behind now, or 0 (none, or the
   // host tier has room enough). Needs mu_.
   std::uint64_t writeback_candidate();
-  // Gives `handle`'s host copy an NVMe extent in parts through bounce_, the
+  // Gives `handle`'s host copy an NVMe extent in parts through the bounce chunk, the
   // mutex released during each part's I/O; kept if the buffer stayed on
   // the host, abandoned otherwise.
   void write_behind(std::unique_lock<std::recursive_mutex>& lock, std::uint64_t handle);
@@ -289,17 +290,13 @@ class residency_core {
   // by one streamed transfer at a time.
   void* reserve_[2] = {nullptr, nullptr};
   bool reserve_in_use_ = false;
-  std::uint64_t host_capacity_ = 0;   // the host tier's, 0: no limit
-  std::uint64_t reading_bytes_ = 0;   // host memory held by prefetch reads in flight
-  double last_read_done_at_ = 0;      // the latest read's end on the reader's modeled clock
-  std::uint64_t writeback_room_ = 0;  // host room write-behind keeps makeable; 0: off
-  std::uint64_t nvme_capacity_ = 0;   // the NVMe tier's, 0: until the disk is full
-  // The write-behind's bounce chunk (block-aligned, outside the host tier).
-  std::unique_ptr<unsigned char, void (*)(void*)> bounce_{nullptr, std::free};
-  std::size_t bounce_bytes_ = 0;
-  event_handle staging_done_[2]{};  // the copy of each staging chunk
-  stream_handle reader_stream_{};   // the reader's streamed prefetches
-  event_handle reader_done_[2]{};   // their chunks' copies
+  std::uint64_t host_capacity_ = 0;  // the host tier's, 0: no limit
+  std::uint64_t reading_bytes_ = 0;  // host memory held by prefetch reads in flight
+  double last_read_done_at_ = 0;     // the latest read's end on the reader's modeled clock
+  write_behind_budget writes_;       // when write-behind runs, and its bounce chunk
+  event_handle staging_done_[2]{};   // the copy of each staging chunk
+  stream_handle reader_stream_{};    // the reader's streamed prefetches
+  event_handle reader_done_[2]{};    // their chunks' copies
   std::recursive_mutex mu_;
   std::unordered_map<std::uint64_t, buffer> buffers_;
   std::uint64_t next_handle_ = 1;
