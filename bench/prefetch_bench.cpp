@@ -17,7 +17,9 @@
 // copy rate (host tier) or the slower of it and the disk's measured read
 // rate (NVMe tier). Peak device bytes are printed with each row. Step 1
 // (untimed) is the first touch, in which the prefetcher records the order;
-// steps 2 to S + 1 are timed, and the closing line is the worst strata
+// steps 2 to S + 1 are timed (their fills, hits and late ones, are printed
+// with each row: 2 L - 2 R a step when the turns keep their residents),
+// and the closing line is the worst strata
 // step / bound among them, the first step that follows the order
 // included:
 //   prefetch worst step / bound: R
@@ -84,7 +86,10 @@ struct outcome {
   std::vector<double> step_seconds;
   std::vector<std::uint64_t> step_nvme_writes;  // bytes written to NVMe per step
   std::int64_t peak_bytes = 0;
-  strata::residency_manager::counters fills{};
+  // The timed steps' fills: prefetch hits, late fills, prefetches wasted.
+  std::uint64_t hits = 0;
+  std::uint64_t late = 0;
+  std::uint64_t wasted = 0;
 };
 
 // S steps of one policy; the buffers start spilled (a warm-up pass). With
@@ -148,9 +153,13 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme, boo
   outcome out;
   one_step(false, out);  // step 1, first touch: every buffer gets device memory, most spill
   alloc.reset_peak_stats();
+  const strata::residency_manager::counters before = buffers->stats();
   for (int s = 0; s < st.steps; ++s) one_step(true, out);
   out.peak_bytes = alloc.stats().at("allocated_bytes.all.peak");
-  out.fills = buffers->stats();
+  const strata::residency_manager::counters after = buffers->stats();
+  out.hits = after.prefetch_hits - before.prefetch_hits;
+  out.late = after.late_fills - before.late_fills;
+  out.wasted = after.prefetch_wasted - before.prefetch_wasted;
   fetch.reset();
   for (const auto handle : h) check(buffers->unregister(handle), "unregister");
   check(alloc.dev().destroy_stream(compute), "destroy stream");
@@ -246,9 +255,9 @@ int main(int argc, char** argv) {
                     name_of(p), bound * 1e3, out.step_seconds[0] / bound, worst_step,
                     sum_steps / static_cast<double>(out.step_seconds.size()),
                     static_cast<double>(out.peak_bytes) / (1 << 20),
-                    static_cast<unsigned long long>(out.fills.prefetch_hits),
-                    static_cast<unsigned long long>(out.fills.late_fills),
-                    static_cast<unsigned long long>(out.fills.prefetch_wasted));
+                    static_cast<unsigned long long>(out.hits),
+                    static_cast<unsigned long long>(out.late),
+                    static_cast<unsigned long long>(out.wasted));
         if (st.per_step) {
           std::printf("         steps 2.. / bound:");
           for (const double t : out.step_seconds) std::printf(" %.3f", t / bound);
