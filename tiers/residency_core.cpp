@@ -27,6 +27,17 @@ result<stream_handle> check_stream(device& d, void* stream, const char* call) {
   return *s;
 }
 
+// Makes `e` on `d` unless `made` says it was made already (a buffer's
+// events are made at their first use and kept).
+status event_once(device& d, event_handle& e, bool& made) {
+  if (made) return {};
+  auto event = d.create_event();
+  if (!event) return event.error();
+  e = *event;
+  made = true;
+  return {};
+}
+
 }  // namespace
 
 result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
@@ -239,12 +250,7 @@ status residency_core::copy(void* dst, const void* src, std::size_t bytes, copy_
 
 status residency_core::queue_fill_copy(buffer& b, void* dev) {
   device& d = alloc_.dev();
-  if (!b.has_fill_event) {
-    auto e = d.create_event();
-    if (!e) return e.error();
-    b.filled = *e;
-    b.has_fill_event = true;
-  }
+  if (auto made = event_once(d, b.filled, b.has_fill_event); !made) return made;
   status queued = d.copy_async(dev, b.host, b.bytes, copy_direction::host_to_device, fill_stream_);
   if (queued) queued = d.record_event(b.filled, fill_stream_);
   if (!queued) {
@@ -377,12 +383,7 @@ status residency_core::release(std::uint64_t handle, void* stream) {
             "residency manager: buffer " + std::to_string(handle) + " is not acquired"};
   }
   device& d = alloc_.dev();
-  if (!b.has_release_event) {
-    auto e = d.create_event();
-    if (!e) return e.error();
-    b.released = *e;
-    b.has_release_event = true;
-  }
+  if (auto made = event_once(d, b.released, b.has_release_event); !made) return made;
   if (auto s = d.record_event(b.released, stream_handle{stream}); !s) return s;
   b.released_on = stream_handle{stream};
   --b.acquired;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "../collectives/rank_set.hpp"
+#include "../counter_names.hpp"
 #include "strata/gradient_buckets.hpp"
 
 namespace strata {
@@ -463,18 +464,8 @@ TEST(GradientBuckets, BucketsFollowTheLimitsAndSplitByDtype) {
 // Counters are named once (strata/counter_list.hpp): the struct holds
 // exactly its list's members, and its map has each under the member's name.
 TEST(GradientBuckets, CountersMapHasEveryMemberUnderItsName) {
-  gradient_buckets::counters c;
-  std::uint64_t n = 0;
-#define STRATA_TEST_SET(name, what) c.name = ++n;
-  STRATA_GRADIENT_BUCKET_COUNTERS(STRATA_TEST_SET)
-#undef STRATA_TEST_SET
-  const stat_map m = c.to_map();
-  EXPECT_EQ(sizeof c, n * sizeof(std::uint64_t)) << "a member outside the list";
-  EXPECT_EQ(m.size(), n);
-#define STRATA_TEST_CHECK(name, what) \
-  EXPECT_EQ(m.at(#name), static_cast<std::int64_t>(c.name)) << #name;
-  STRATA_GRADIENT_BUCKET_COUNTERS(STRATA_TEST_CHECK)
-#undef STRATA_TEST_CHECK
+  STRATA_EXPECT_COUNTERS_NAMED_ONCE(gradient_buckets::counters, STRATA_GRADIENT_BUCKET_COUNTERS);
+  const stat_map m = gradient_buckets::counters{}.to_map();
   EXPECT_TRUE(m.contains("bytes_reduced") && m.contains("registered_bytes"));
 }
 

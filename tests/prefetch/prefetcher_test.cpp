@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../counter_names.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/prefetcher.hpp"
 #include "strata/residency.hpp"
@@ -582,41 +583,26 @@ TEST(Prefetch, ThreadsShareThePrefetcher) {
 // exactly its list's members, and its map has each under the member's name,
 // with its value. The names users read stay as they were.
 TEST(Counters, EachStructsMapHasEveryMemberUnderItsName) {
-  std::uint64_t n = 0;
-#define STRATA_TEST_SET(name, what) c.name = ++n;
-#define STRATA_TEST_CHECK(name, what) \
-  EXPECT_EQ(m.at(#name), static_cast<std::int64_t>(c.name)) << #name;
-  {
-    prefetcher::counters c;
-    STRATA_PREFETCHER_COUNTERS(STRATA_TEST_SET)
-    const stat_map m = c.to_map();
-    EXPECT_EQ(sizeof c, n * sizeof(std::uint64_t)) << "a member outside the list";
-    EXPECT_EQ(m.size(), n);
-    STRATA_PREFETCHER_COUNTERS(STRATA_TEST_CHECK)
-    EXPECT_TRUE(m.contains("hits") && m.contains("late_fills") && m.contains("gathers_ahead"));
-  }
-  n = 0;
-  {
-    residency_manager::counters c;
-    STRATA_RESIDENCY_COUNTERS(STRATA_TEST_SET)
-    const stat_map m = c.to_map();
-    EXPECT_EQ(sizeof c, n * sizeof(std::uint64_t)) << "a member outside the list";
-    EXPECT_EQ(m.size(), n);
-    STRATA_RESIDENCY_COUNTERS(STRATA_TEST_CHECK)
-    EXPECT_TRUE(m.contains("spills_to_nvme") && m.contains("writebacks_dropped"));
-  }
-  n = 0;
-  {
-    allocator_stats c;
-    STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_SET)
-    const stat_map m = c.to_map();
-    STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_CHECK)
-    EXPECT_TRUE(m.contains("num_ooms") && m.contains("device_wait_ns"));
-    EXPECT_TRUE(m.contains("allocated_bytes.all.peak") &&
-                m.contains("inactive_split_bytes.large_pool.freed"));
-  }
-#undef STRATA_TEST_CHECK
+  STRATA_EXPECT_COUNTERS_NAMED_ONCE(prefetcher::counters, STRATA_PREFETCHER_COUNTERS);
+  STRATA_EXPECT_COUNTERS_NAMED_ONCE(residency_manager::counters, STRATA_RESIDENCY_COUNTERS);
+  const stat_map prefetch = prefetcher::counters{}.to_map();
+  EXPECT_TRUE(prefetch.contains("hits") && prefetch.contains("late_fills") &&
+              prefetch.contains("gathers_ahead"));
+  const stat_map offload = residency_manager::counters{}.to_map();
+  EXPECT_TRUE(offload.contains("spills_to_nvme") && offload.contains("writebacks_dropped"));
+  // The allocator's plain counters (signed, beside its stat arrays).
+  allocator_stats a;
+  std::int64_t n = 0;
+#define STRATA_TEST_SET(name, what) a.name = ++n;
+  STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_SET)
 #undef STRATA_TEST_SET
+  const stat_map m = a.to_map();
+#define STRATA_TEST_CHECK(name, what) EXPECT_EQ(m.at(#name), a.name) << #name;
+  STRATA_ALLOCATOR_COUNTERS(STRATA_TEST_CHECK)
+#undef STRATA_TEST_CHECK
+  EXPECT_TRUE(m.contains("num_ooms") && m.contains("device_wait_ns"));
+  EXPECT_TRUE(m.contains("allocated_bytes.all.peak") &&
+              m.contains("inactive_split_bytes.large_pool.freed"));
 }
 
 }  // namespace
