@@ -27,6 +27,18 @@ except strata_torch.StrataTorchError as e:
 check(not strata_torch.installed(), "a refused install left Strata installed")
 
 torch.cuda.initialized = False
+# A PyTorch without the pluggable allocator (before 2.0) is told so.
+memory_type = type(torch.cuda.memory)
+pluggable = memory_type.CUDAPluggableAllocator
+del memory_type.CUDAPluggableAllocator
+try:
+    strata_torch.install()
+    check(False, "install() without CUDAPluggableAllocator must fail")
+except strata_torch.StrataTorchError as e:
+    check("needs PyTorch 2.0 or later" in str(e), f"unclear error: {e}")
+memory_type.CUDAPluggableAllocator = pluggable
+check(not strata_torch.installed(), "a refused install left Strata installed")
+
 wired = strata_torch.install()
 allocator = torch.cuda.memory.current
 check(allocator is not None, "change_current_allocator was not called")

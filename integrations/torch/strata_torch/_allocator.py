@@ -53,10 +53,16 @@ def install(path: Optional[str] = None) -> List[str]:
             "a tensor is already on the GPU, or torch.cuda was used, and PyTorch cannot "
             "swap the allocator after that. Call strata_torch.install() first thing in "
             "the program, before any .cuda(), .to('cuda') or torch.cuda call.")
+    pluggable = getattr(torch.cuda.memory, "CUDAPluggableAllocator", None)
+    if pluggable is None:
+        raise StrataTorchError(
+            f"strata_torch.install() needs PyTorch 2.0 or later: PyTorch "
+            f"{getattr(torch, '__version__', '?')} "
+            "has no torch.cuda.memory.CUDAPluggableAllocator to put Strata under it (the "
+            "preload shim, libstrata_preload.so, works with any version)")
     where = _native.find(_native.TORCH_PLUGIN, path)
     lib = _native.load(_native.TORCH_PLUGIN, where, StrataTorchError)
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(
-        where, "strata_torch_malloc", "strata_torch_free")
+    allocator = pluggable(where, "strata_torch_malloc", "strata_torch_free")
     handle = getattr(allocator, "_allocator", None)
     wired = []
     for setter, symbol in _HOOKS:
@@ -64,7 +70,7 @@ def install(path: Optional[str] = None) -> List[str]:
         if hook is not None:
             hook(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
             wired.append(setter)
-    torch.cuda.memory.change_current_allocator(allocator)
+    torch.cuda.memory.change_current_allocator(allocator)  # type: ignore[attr-defined]
     _lib = lib
     return wired
 
@@ -144,7 +150,7 @@ def empty_cache() -> None:
 
 def _oom_error(device: Device) -> Exception:
     report = last_oom_report(device) or {}
-    return torch.cuda.OutOfMemoryError(
+    return torch.cuda.OutOfMemoryError(  # type: ignore[call-arg,return-value]
         f"CUDA out of memory: Strata could not allocate {report.get('requested', '?')} bytes "
         f"on device {_device(device)}: {report.get('verdict', 'no report')}\n"
         f"Strata's OOM report: {json.dumps(report, indent=1)}")

@@ -12,7 +12,7 @@ search path. Loaded once per path.
 import ctypes
 import functools
 import os
-from typing import List, Optional, Type
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 from .errors import StrataError
 
@@ -47,7 +47,7 @@ _out = ctypes.POINTER(_vp)
 _text = ctypes.POINTER(ctypes.c_char_p)
 
 # name -> (restype, argtypes), per library.
-_SIGNATURES = {
+_SIGNATURES: Dict[str, Dict[str, Tuple[Any, List[Any]]]] = {
     TORCH_PLUGIN: {
         "strata_torch_malloc": (_vp, [ctypes.c_ssize_t, _int, _vp]),
         "strata_torch_free": (None, [_vp, ctypes.c_ssize_t, _int, _vp]),

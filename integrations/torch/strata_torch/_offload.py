@@ -129,24 +129,26 @@ class Offload:
         self._alloc = self._res = self._fetch = self._kernels = None
         self._opts = _native.AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw),
                                          0, 0)
-        self._steps = {}     # id(parameter) -> its Adam steps (as torch's state["step"])
+        # id(parameter) -> its Adam steps (as torch's state["step"])
+        self._steps: Dict[int, int] = {}
         self._in_step = False
         # (parameter, its handle, exp_avg's, exp_avg_sq's, its fp32 master's or None)
-        self._params = []
-        self._handle = {}    # id(parameter) -> handle
-        self._hooks = []
-        self._shapes = {}    # id(parameter) -> its shape
-        self._names = {}     # handle -> what it holds, for messages
-        self._sizes = {}     # handle -> bytes
-        self._held = {}      # handle -> acquires not yet released
-        self._pinned = []    # handles placed on the device
-        self._by_name = {}   # buffer name (as placement patterns see it) -> handle
-        self._uses = {}      # id(parameter) -> acquires pointing it at its buffer now
-        self._by_ptr = {}    # buffer address -> the parameter pointed at it
-        self._forward = []   # (module, its parameters) whose forward holds them now
-        self._backward = {}  # id(parameter) -> parameter, held for backward
-        self._accumulators = []  # the parameters' AccumulateGrad nodes, kept alive
-        self._saving = None  # the saved-tensor hooks while a forward runs, and its module
+        self._params: List[Tuple[torch.nn.Parameter, int, int, int, Optional[int]]] = []
+        self._handle: Dict[int, int] = {}  # id(parameter) -> handle
+        self._hooks: List[Any] = []
+        self._shapes: Dict[int, Tuple[Tuple[int, ...], torch.dtype]] = {}  # id(parameter) ->
+        self._names: Dict[int, str] = {}  # handle -> what it holds, for messages
+        self._sizes: Dict[int, int] = {}  # handle -> bytes
+        self._held: Dict[int, int] = {}  # handle -> acquires not yet released
+        self._pinned: List[int] = []  # handles placed on the device
+        self._by_name: Dict[str, int] = {}  # buffer name (as placement patterns see it) -> handle
+        self._uses: Dict[int, int] = {}  # id(parameter) -> acquires pointing it at its buffer now
+        self._by_ptr: Dict[int, torch.nn.Parameter] = {}  # buffer address -> the parameter there
+        # (module, its parameters) whose forward holds them now
+        self._forward: List[Tuple[torch.nn.Module, List[torch.nn.Parameter]]] = []
+        self._backward: Dict[int, torch.nn.Parameter] = {}  # id(parameter) -> held for backward
+        self._accumulators: List[Any] = []  # the parameters' AccumulateGrad nodes, kept alive
+        self._saving: Any = None  # the saved-tensor hooks while a forward runs, and its module
         self._closed = False
         try:
             # The allocator obeys conf's allocator keys too (memory_fraction,
@@ -293,6 +295,9 @@ class Offload:
         self._held[h] = self._held.get(h, 0) + 1
         # The fill is stream-ordered; the CPU reads the bytes next.
         self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
+        if ptr.value is None:
+            raise OffloadError(f"acquire of {self._names.get(h, f'buffer {h}')}: Strata "
+                               "returned success with a null pointer")
         return ptr.value
 
     def _release(self, h, through_prefetcher=True):
@@ -478,12 +483,14 @@ class Offload:
             self._release(handle, through_prefetcher=False)
         return out
 
-    def _string(self, fn, handle):
+    def _string(self, fn: Any, handle: Any) -> str:
+        """The text a Strata call returned through its out pointer (freed)."""
         text = ctypes.c_char_p()
         self._check(fn(handle, ctypes.byref(text)), fn.__name__)
-        value = text.value.decode()
-        self._lib.strata_string_free(text)
-        return value
+        try:
+            return (text.value or b"").decode()
+        finally:
+            self._lib.strata_string_free(text)
 
     def memory_stats(self) -> Dict[str, int]:
         """The device allocator's counters with torch.cuda.memory_stats()
@@ -502,10 +509,7 @@ class Offload:
         for name, fn, handle in (("offload", self._lib.strata_residency_stats_json, self._res),
                                  ("prefetch", self._lib.strata_prefetcher_stats_json,
                                   self._fetch)):
-            text = ctypes.c_char_p()
-            self._check(fn(handle, ctypes.byref(text)), "stats")
-            out[name] = json.loads(text.value.decode())
-            self._lib.strata_string_free(text)
+            out[name] = json.loads(self._string(fn, handle))
         return out
 
     def close(self) -> None:

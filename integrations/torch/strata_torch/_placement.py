@@ -6,7 +6,7 @@ Pure functions over names and sizes; no torch, no Strata calls.
 """
 
 import fnmatch
-from typing import Dict, Iterable, List, Mapping, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Tuple, Union, cast
 
 from .errors import PlacementError
 
@@ -46,8 +46,10 @@ def placements(params: List[Tuple[str, int, bool]], placement: Placement, parame
         buffers.append((f"{name}.exp_avg_sq", "optimizer_state", nbytes))
         if has_master:
             buffers.append((f"{name}.master", "optimizer_state", nbytes))
-    places = {}
-    pairs = list(placement.items()) if isinstance(placement, dict) else list(placement or [])
+    places: Dict[str, str] = {}
+    pairs: List[Tuple[str, str]] = (
+        list(placement.items()) if isinstance(placement, Mapping)
+        else list(cast(Iterable[Tuple[str, str]], placement or [])))
     for pattern, place in pairs:
         _check_place(place, f"placement[{pattern!r}]")
         matched = [n for n, _k, _b in buffers if fnmatch.fnmatchcase(n, pattern)]
