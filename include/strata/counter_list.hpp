@@ -5,8 +5,9 @@
 //     X(steps, "steps ended")
 //     X(hits, "acquires served ahead")
 //
-// (one macro, its lines joined by backslashes), and its counters struct takes from the list both its members and its
-// stat map, whose keys are the members' names:
+// (one macro, its lines joined by backslashes), and its counters struct
+// takes from the list both its members and its stat map, whose keys are
+// the members' names:
 //
 //   struct counters {
 //     STRATA_EXAMPLE_COUNTERS(STRATA_COUNTER_MEMBER)
@@ -17,9 +18,9 @@
 //
 // So a counter added to the list is in stats(), in the C API's JSON and in
 // memory_summary()'s sections under its member's name, and cannot be left
-// out of one of them. Counters are std::uint64_t (or std::int64_t),
-// zero at first; the map holds them as std::int64_t (stat_map's type; a
-// count past 2^63 wraps).
+// out of one of them. Counters are std::uint64_t (or std::int64_t), zero
+// at first; the map holds them as std::int64_t (stat_map's type; a count
+// past 2^63 wraps).
 //
 // Thread safety: none of its own; a counters struct is a value.
 #pragma once

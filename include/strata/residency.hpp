@@ -11,13 +11,14 @@
 //   unregister(handle)
 //
 // Nothing is lost: a buffer leaves a tier only after its copy in the next
-// one is complete and verified (an NVMe write is read back and checked;
-// every NVMe read is checked against its checksum); any failure leaves it
-// where it was. Eviction takes the released buffer the oracle says is
-// needed last (else the least recently released) that its policy lets go.
-// The manager registers a pressure handler with the allocator (an
-// allocation that would fail spills released buffers first) and the
-// "offload" stats section. How it does all this: tiers/residency_core.hpp.
+// one is complete and verified (an NVMe write is read back and checked
+// unless nvme_verify is off; every NVMe read is checked against its
+// checksum); any failure leaves it where it was. Eviction takes the
+// released buffer the oracle says is needed last (else the least recently
+// released) that its policy lets go. The manager registers a pressure
+// handler with the allocator (an allocation that would fail spills
+// released buffers first) and the "offload" stats section. How it does all
+// this: tiers/residency_core.hpp.
 //
 // Thread safety: every member may be called concurrently (one mutex
 // serializes them inside).
