@@ -49,7 +49,11 @@ torch.optim.Adam (foreach=False):
   - an exception inside a module's forward leaks nothing: the next steps
     run on a device that only fits if nothing stayed held;
   - offload(conf=...) obeys allocator keys (memory_fraction) and refuses
-    bad ones; offloading one model twice says so.
+    bad ones; offloading one model twice says so;
+  - options it cannot take (a NaN or negative learning rate, betas outside
+    [0, 1), a device or conf that is not text, a placement that is neither
+    a mapping nor pairs) are OptionErrors that name them, and the model
+    keeps its values.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -370,6 +374,25 @@ def placement_errors(nvme_dir):
     return errors
 
 
+def bad_options():
+    """Each option offload() cannot take: (the error's class, its text), or
+    None where it was accepted; and whether the model kept its values."""
+    torch.manual_seed(SEED)
+    model = Model()
+    before = [p.detach().clone() for p in model.parameters()]
+    out = []
+    for options in ({"lr": float("nan")}, {"lr": -1.0}, {"lr": "x"}, {"betas": (0.9,)},
+                    {"betas": (0.9, 1.0)}, {"eps": float("inf")}, {"device": None},
+                    {"conf": 5}, {"placement": 123}, {"placement": [("blocks.*",)]}):
+        try:
+            strata_torch.offload(model, **options).close()
+            out.append(None)
+        except strata_torch.OptionError as e:
+            out.append((type(e).__name__, str(e)))
+    intact = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
+    return out, intact
+
+
 H = 256
 
 
@@ -580,6 +603,18 @@ def main():
     for error, want in zip(errors, wanted):
         check(f"placement error: {want}", error is not None and want in error, str(error))
     print(f"torch_offload_test: placement errors: {errors[0]}; {errors[2]}")
+    refused, intact = bad_options()
+    wanted = ["lr must be a finite number", "lr must be a finite number",
+              "lr must be a finite number", "betas must be two numbers in [0, 1)",
+              "betas must be two numbers in [0, 1)", "eps must be a finite number",
+              "device must be a device spec string", "conf must be STRATA_CONF text",
+              "(pattern, place) pairs, not 123", "each entry is (a pattern string, a place)"]
+    for got, want in zip(refused, wanted):
+        check(f"bad option: {want}", got is not None and want in got[1], str(got))
+    check("bad options: placements are PlacementErrors",
+          [g[0] for g in refused[-2:]] == ["PlacementError", "PlacementError"], str(refused))
+    check("bad options leave the model as it was", intact)
+    print(f"torch_offload_test: bad options refused: {refused[0][1]}; {refused[8][1]}")
     want = hostile_losses(nvme_dir, offloaded=False)
     got = hostile_losses(nvme_dir)
     worst = max(abs(a - b) for a, b in zip(got, want))

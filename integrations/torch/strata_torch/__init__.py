@@ -22,12 +22,13 @@ from . import enums, errors
 from ._allocator import (empty_cache, install, installed, last_oom_report, memory_stats,
                          memory_summary, out_of_memory_errors, snapshot)
 from ._placement import PLACES, placements
-from .errors import OffloadError, PlacementError, StrataError, StrataTorchError
+from .errors import OffloadError, OptionError, PlacementError, StrataError, StrataTorchError
 
 __all__ = [
     "PLACES",
     "Offload",
     "OffloadError",
+    "OptionError",
     "PlacementError",
     "StrataError",
     "StrataTorchError",
@@ -50,7 +51,8 @@ def offload(model: Any, **options: Any) -> Any:
     """Parameters and Adam state in Strata's offload tiers, fetched ahead by
     its prefetcher (_offload.py, docs/integrations.md): returns the
     Offload; call its step() where optimizer.step() was. Errors:
-    OffloadError (PlacementError for a placement)."""
+    OffloadError (OptionError for an option it cannot take, PlacementError
+    for a placement)."""
     from . import _offload  # pylint: disable=import-outside-toplevel
 
     return _offload.offload(model, **options)

@@ -62,6 +62,7 @@ threads autograd runs them on, one at a time.
 
 import ctypes
 import json
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -69,7 +70,7 @@ import torch
 from . import _native
 from ._placement import Placement, Share, placements
 from .enums import AccessMode, BufferKind, DType, ResidencyPolicy, Status, Tier
-from .errors import OffloadError
+from .errors import OffloadError, OptionError
 
 __all__ = ["Offload", "offload", "active"]
 
@@ -81,6 +82,30 @@ _TIERS = {Tier.TIER_NONE: "none", Tier.TIER_DEVICE: "device", Tier.TIER_HOST: "h
           Tier.TIER_NVME: "nvme"}
 # The kernels' type of the parameters offload() takes, and their element bytes.
 _DTYPES = {torch.float32: (DType.F32, 4), torch.bfloat16: (DType.BF16, 2)}
+
+
+def _check_options(lr: Any, betas: Any, eps: Any, weight_decay: Any, device: Any,
+                   conf: Any) -> None:
+    """Adam's options as torch.optim.Adam takes them (finite; lr, eps and
+    weight_decay at least 0; betas two numbers in [0, 1)), and the device
+    and conf as strings (conf may be None: no keys). OptionError names the
+    first that is not."""
+    def number(value: Any) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+
+    for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+        if not number(value) or value < 0:
+            raise OptionError(f"offload: {name} must be a finite number >= 0, not {value!r}")
+    if (not isinstance(betas, (tuple, list)) or len(betas) != 2
+            or not all(number(b) and 0 <= b < 1 for b in betas)):
+        raise OptionError(f"offload: betas must be two numbers in [0, 1), not {betas!r}")
+    if not isinstance(device, str):
+        raise OptionError(f"offload: device must be a device spec string such as "
+                          f"'sim:capacity=1GiB' (docs/device.md), not {device!r}")
+    if conf is not None and not isinstance(conf, str):
+        raise OptionError(f"offload: conf must be STRATA_CONF text (key:value,...), not "
+                          f"{conf!r}")
 
 
 class _SavedView:
@@ -111,9 +136,11 @@ class Offload:
     def __init__(self, model: torch.nn.Module, *, lr: float = 1e-3,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, adamw: bool = False,
-                 device: str = "sim:capacity=1GiB", conf: str = "",
+                 device: str = "sim:capacity=1GiB", conf: Optional[str] = "",
                  library: Optional[str] = None, placement: Placement = None,
                  parameters: Share = "offload", optimizer_state: Share = "offload") -> None:
+        _check_options(lr, betas, eps, weight_decay, device, conf)
+        conf = conf or ""
         for n, p in model.named_parameters():  # before anything is made
             if id(p) in _owner:
                 raise OffloadError(

@@ -37,8 +37,9 @@ def placements(params: List[Tuple[str, int, bool]], placement: Placement, parame
     matched: a place for all of them, or {place: fraction} of their bytes
     taken in the model's order (a buffer goes where its first byte falls;
     "device" first, then "host", then "nvme", the rest "offload").
-    Errors (PlacementError, an OffloadError): an unknown place, a pattern
-    that matches nothing, fractions outside [0, 1] or above 1 together."""
+    Errors (PlacementError, an OffloadError): a placement that is neither
+    a mapping nor pairs, an unknown place, a pattern that matches nothing,
+    fractions outside [0, 1] or above 1 together."""
     buffers = []
     for name, nbytes, has_master in params:
         buffers.append((name, "parameters", nbytes // 2 if has_master else nbytes))
@@ -47,10 +48,7 @@ def placements(params: List[Tuple[str, int, bool]], placement: Placement, parame
         if has_master:
             buffers.append((f"{name}.master", "optimizer_state", nbytes))
     places: Dict[str, str] = {}
-    pairs: List[Tuple[str, str]] = (
-        list(placement.items()) if isinstance(placement, Mapping)
-        else list(cast(Iterable[Tuple[str, str]], placement or [])))
-    for pattern, place in pairs:
+    for pattern, place in _pairs(placement):
         _check_place(place, f"placement[{pattern!r}]")
         matched = [n for n, _k, _b in buffers if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
@@ -73,6 +71,26 @@ def placements(params: List[Tuple[str, int, bool]], placement: Placement, parame
                     break
             start += b
     return places
+
+
+def _pairs(placement: Placement) -> List[Tuple[str, str]]:
+    """`placement` as (pattern, place) pairs in order; PlacementError when
+    it is neither a mapping nor pairs, or a pattern is not a string."""
+    if placement is None:
+        return []
+    if isinstance(placement, Mapping):
+        pairs = list(placement.items())
+    elif isinstance(placement, (str, bytes)) or not isinstance(placement, Iterable):
+        raise PlacementError(f"placement: {{pattern: place}} or (pattern, place) pairs, not "
+                             f"{placement!r}")
+    else:
+        pairs = list(cast(Iterable[Tuple[str, str]], placement))
+    for pair in pairs:
+        if (not isinstance(pair, tuple) or len(pair) != 2
+                or not isinstance(pair[0], str)):
+            raise PlacementError(f"placement: each entry is (a pattern string, a place), "
+                                 f"not {pair!r}")
+    return pairs
 
 
 def _check_place(place: str, what: str) -> None:

@@ -3,7 +3,8 @@
     StrataError (RuntimeError)          anything Strata refused or could not do
     ├── StrataTorchError                install(), or the plugin could not answer
     └── OffloadError                    offload(): a Strata call, or the options
-        └── PlacementError (+ValueError) a placement that cannot be honoured
+        └── OptionError (+ValueError)   an option offload() cannot take
+            └── PlacementError          a placement that cannot be honoured
 
 `status` is the C API's strata_status (enums.Status) when a Strata call
 failed, else None.
@@ -13,7 +14,7 @@ from typing import Optional
 
 from .enums import Status
 
-__all__ = ["StrataError", "StrataTorchError", "OffloadError", "PlacementError"]
+__all__ = ["StrataError", "StrataTorchError", "OffloadError", "OptionError", "PlacementError"]
 
 
 class StrataError(RuntimeError):
@@ -35,5 +36,10 @@ class OffloadError(StrataError):
     for an out-of-memory one says what was held on the device."""
 
 
-class PlacementError(OffloadError, ValueError):
+class OptionError(OffloadError, ValueError):
+    """An option offload() cannot take (a learning rate that is not a finite
+    number, betas outside [0, 1), ...); raised before anything is made."""
+
+
+class PlacementError(OptionError):
     """A placement that cannot be honoured; the message says which and why."""
