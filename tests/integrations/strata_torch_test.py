@@ -60,6 +60,14 @@ check(p, "a 3 MiB allocation failed")
 stats = strata_torch.memory_stats()
 check(stats["allocated_bytes.all.current"] == 3 << 20, f"allocated {stats}")
 check("Strata memory summary" in strata_torch.memory_summary(), "memory_summary")
+check(strata_torch.memory_stats("cuda:0") == strata_torch.memory_stats(0) ==
+      strata_torch.memory_stats("cuda"), "devices named as torch.cuda names them")
+for bad in ("cpu", "cuda:x", "cuda:-1", 1.5):
+    try:
+        strata_torch.memory_stats(bad)
+        check(False, f"memory_stats({bad!r}) must fail")
+    except strata_torch.StrataTorchError as e:
+        check("not a CUDA device" in str(e), f"unclear error: {e}")
 check(isinstance(strata_torch.snapshot(), dict), "snapshot")
 check(strata_torch.last_oom_report() is None, "an OOM report before any OOM")
 lib.strata_torch_free(p, 3 << 20, 0, None)

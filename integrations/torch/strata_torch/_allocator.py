@@ -25,7 +25,7 @@ import torch
 from . import _native
 from .errors import StrataTorchError
 
-Device = Union[None, int, "torch.device"]
+Device = Union[None, int, str, "torch.device"]
 
 _HOOKS = (
     ("set_init_fn", "strata_torch_init"),
@@ -87,9 +87,23 @@ def _library() -> ctypes.CDLL:
 
 
 def _device(device: Device) -> int:
+    """The CUDA device index `device` names, as torch.cuda's functions take
+    it: None (the current one), an index, "cuda", "cuda:N" or a
+    torch.device of type cuda. StrataTorchError for anything else."""
     if device is None:
         return torch.cuda.current_device()
-    return device.index if hasattr(device, "index") else int(device)
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    kind, index = None, None
+    if isinstance(device, str):
+        kind, _, text = device.partition(":")
+        index = int(text) if text.isdigit() else (None if text == "" else -1)
+    elif hasattr(device, "type") and hasattr(device, "index"):
+        kind, index = device.type, device.index
+    if kind != "cuda" or (index is not None and index < 0):
+        raise StrataTorchError(f"not a CUDA device: {device!r} (an index, 'cuda', 'cuda:N' "
+                               "or a torch.device of type cuda)")
+    return torch.cuda.current_device() if index is None else index
 
 
 def _text(function: str, device: Device) -> str:
