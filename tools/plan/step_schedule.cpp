@@ -153,18 +153,16 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   if (s.dtype == precision::amp) {
     // transformers' loss under autocast (the H100 snapshots): the final
     // norm, the head's input and (tied or not) weight cast to bf16, bf16
-    // logits, two fp32 copies for the loss, and cross-entropy's fp32
-    // log-softmax, kept for backward; the copies go once it is made.
+    // logits, their fp32 copy for the loss, and cross-entropy's fp32
+    // log-softmax, kept for backward; the copy goes once it is made.
     const std::uint64_t th = tokens * s.model.hidden;
     head.push_back(b.alloc(category::activations, 4 * th + 8 * tokens));  // final norm
     head.push_back(b.alloc(category::activations, 2 * th));               // the head's input cast
     head.push_back(b.alloc(category::activations, 2 * s.model.vocab * s.model.hidden));
     logits = b.alloc(category::activations, 2 * tv);
     const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
-    const std::uint32_t flat = b.alloc(category::activations, 4 * tv);
     head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
     b.free(upcast);
-    b.free(flat);
   } else if (s.dtype == precision::fp32) {
     logits = b.alloc(category::activations, tv * 4);  // fp32 already: no copy for the loss
   } else {
