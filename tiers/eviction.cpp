@@ -7,8 +7,8 @@
 // Invariant: a buffer leaves a tier only after its copy below is complete
 // (and, to NVMe, verified unless nvme_verify is off); any failure leaves it
 // where it was. Called with the manager's mutex held.
-#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "pinned_host_pool.hpp"
 #include "residency_core.hpp"

@@ -87,14 +87,12 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <vector>
 
 #include "residency_accounts.hpp"
 #include "strata/residency.hpp"
