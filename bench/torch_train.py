@@ -11,12 +11,18 @@ Modes (--modes, default all four): `native` (PyTorch's caching allocator),
 `preload` (LD_PRELOAD=libstrata_preload.so under PyTorch's own caching).
 --limit-gib caps each process with torch.cuda.set_per_process_memory_fraction.
 
-Per mode it prints the median step time (steps after the first), the peak
-allocated and reserved bytes (PyTorch's max_memory_*, or Strata's stats)
-and the device memory used (total - cudaMemGetInfo free, with the CUDA
-context), then
+Per mode it prints the median step time (steps after the first) and how
+long the host took to queue a step (near the step time, the GPU waits for
+the host), the peak allocated and reserved bytes (PyTorch's max_memory_*,
+or Strata's stats) and the device memory used (total - cudaMemGetInfo
+free, with the CUDA context), then
 
     torch train: step strata / native R; device memory strata / native M1, strata / expandable M2
+
+--json keeps every step's time, host time and loss and, for strata,
+Strata's memory_stats() after each step (`per_step_cumulative`: driver
+calls and their time by kind, stitches, waits), so a steady state that
+still calls the driver shows which call.
 
 It needs a CUDA GPU, PyTorch with CUDA and transformers; without them it
 says what is missing and exits 0 (scripts/gpu-check relies on that).
@@ -97,7 +103,7 @@ def child(args):
     data = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
                          generator=torch.Generator().manual_seed(1)).cuda()
     _, total = torch.cuda.mem_get_info()
-    times, losses, used = [], [], []
+    times, host, losses, used, per_step = [], [], [], [], []
     try:
         for _ in range(args.steps):
             torch.cuda.synchronize()
@@ -107,14 +113,20 @@ def child(args):
             out.loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            # The host has queued the whole step: near the step time, the
+            # host (the allocator among it) is what the GPU waits for.
+            host.append(time.perf_counter() - start)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
             losses.append(out.loss.item())
             free, _ = torch.cuda.mem_get_info()
             used.append(total - free)
+            if args.child == "strata":  # per step: is the steady state free of driver calls?
+                per_step.append(strata_torch.memory_stats())
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
     result["step_s"] = times
+    result["host_s"] = host
     result["losses"] = losses
     result["device_used_gib"] = max(used) / GIB if used else None
     if args.child == "strata":
@@ -124,6 +136,7 @@ def child(args):
         result["stitches"] = stats.get("num_stitches", 0)
         result["driver_calls"] = stats.get("driver_calls.all", 0)
         result["device_wait_ms"] = stats.get("device_wait_ns", 0) / 1e6
+        result["per_step_cumulative"] = per_step
     else:
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
@@ -196,7 +209,9 @@ def main():
             print(f"  {m:10s} failed: {r['error']}")
             continue
         st = step_time(r)
-        line = (f"  {m:10s} step {st * 1e3:.1f} ms" if st else f"  {m:10s} step n/a") + (
+        hs = r.get("host_s") or []
+        host_ms = f" (host queues it in {statistics.median(hs[1:]) * 1e3:.1f})" if len(hs) > 1 else ""
+        line = (f"  {m:10s} step {st * 1e3:.1f} ms{host_ms}" if st else f"  {m:10s} step n/a") + (
             f", peak allocated {r['peak_allocated_gib']:.2f} GiB, reserved "
             f"{r['peak_reserved_gib']:.2f} GiB, device used {r['device_used_gib'] or 0:.2f} GiB")
         if "stitches" in r:
