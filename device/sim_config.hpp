@@ -57,17 +57,23 @@ struct sim_config {
   /// other modeled times).
   std::string driver_costs = "h100";
   /// What driver calls cost the calling thread, in microseconds per 2 MiB
-  /// of the range (at least one unit per call): measured on an H100
-  /// (shared/calibration/README.md). Charged on the modeled clock of a
-  /// timing-only device, slept on a device with data.
-  double create_us = 9.9;
-  double map_us = 1.7;
-  double set_access_us = 28.8;
-  double unmap_us = 18.0;
-  double release_us = 10.3;
-  /// Microseconds per event call.
-  double record_event_us = 0.15;
-  double query_event_us = 0.13;
+  /// of the range (at least one unit per call): what Strata's counters
+  /// measured on an H100 inside PyTorch training steps, where the GPU is
+  /// busy (bench/RESULTS.md, "On an H100"; `release_pages`, never called
+  /// there, from shared/calibration/README.md's busy-GPU figure). An idle
+  /// driver is cheaper: 9.9, 1.7, 28.8, 18.0 and 10.3. Charged on the
+  /// modeled clock of a timing-only device, slept on a device with data.
+  double create_us = 14.0;
+  double map_us = 2.2;
+  double set_access_us = 30.0;
+  double unmap_us = 30.0;
+  double release_us = 17.0;
+  /// Microseconds per event call, as Strata's counters measured them on an
+  /// H100 inside PyTorch training steps (bench/RESULTS.md, "On an H100"):
+  /// the driver is busy launching the step's kernels, and a call there
+  /// costs 10-15x what it costs on an idle driver (0.15 / 0.13 us).
+  double record_event_us = 1.7;
+  double query_event_us = 1.9;
   /// A stream handle the device did not create becomes a new stream of its
   /// own on first use (as handles from a CUDA runtime would), instead of an
   /// "unknown stream" error.

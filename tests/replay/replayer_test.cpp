@@ -111,7 +111,7 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   const timeline_result& tl = r->timeline;
   ASSERT_TRUE(tl.on);
   EXPECT_NEAR(tl.trace_ms, 3.0, 1e-9);
-  EXPECT_NEAR(tl.added_ms, 2 * (9.9 + 1.7 + 28.8) * 1e-3, 1e-6);
+  EXPECT_NEAR(tl.added_ms, 2 * (14.0 + 2.2 + 30.0) * 1e-3, 1e-6);
   EXPECT_EQ(tl.second_half_driver_calls, 0U);
   EXPECT_EQ(tl.second_half_added_fraction(), 0.0);
   EXPECT_EQ(tl.driver_calls, 7U)
@@ -120,15 +120,15 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   EXPECT_EQ(tl.pages_created, 2U);
   EXPECT_NEAR(tl.first_map_ms, tl.added_ms, 1e-6) << "all it added was mapping its pages once";
   const std::string line = timeline_line(tl);
-  EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (2.69%); second "
+  EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (3.08%); second "
                        "half: 0.00%, 0 driver calls",
                        0),
             0U)
       << line;
   const std::string json = report_json(t, *r);
-  for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0269)",
+  for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0308)",
                           R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)",
-                          R"("pages_created":2)", R"("first_map_ms":0.0808)"}) {
+                          R"("pages_created":2)", R"("first_map_ms":0.0924)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
   EXPECT_NE(report_text(t, *r).find(line), std::string::npos);

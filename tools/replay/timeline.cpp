@@ -154,7 +154,10 @@ result<timeline_result> timeline_pacer::finish() {
   r.trace_ms = trace_s(end_ns_) * 1e3;
   r.added_ms = added * 1e3;
   r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(half_ns_)) * 1e3;
-  r.second_half_added_ms = std::max(0.0, added - half_delay_) * 1e3;
+  // Both delays are differences of clock readings in seconds: what is left
+  // under a nanosecond (the clocks' resolution) is rounding, not delay.
+  const double second_half = added - half_delay_;
+  r.second_half_added_ms = second_half < 1e-9 ? 0.0 : second_half * 1e3;
   r.driver_calls = all.calls - start.calls;
   r.second_half_driver_calls = all.calls - half_calls_;
   r.driver_ms = static_cast<double>(all.ns - start.ns) * 1e-6;
