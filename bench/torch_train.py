@@ -22,7 +22,11 @@ free, with the CUDA context), then
 --json keeps every step's time, host time and loss and, for strata,
 Strata's memory_stats() after each step (`per_step_cumulative`: driver
 calls and their time by kind, stitches, waits), so a steady state that
-still calls the driver shows which call.
+still calls the driver shows which call. --profile runs one more step per
+mode under torch.profiler and reports the GPU's kernel time against the
+span it ran over: kernels that take longer under one allocator (memory
+layout) and a GPU that waits for the host (allocator time) look different
+there.
 
 It needs a CUDA GPU, PyTorch with CUDA and transformers; without them it
 says what is missing and exits 0 (scripts/gpu-check relies on that).
@@ -104,15 +108,20 @@ def child(args):
                          generator=torch.Generator().manual_seed(1)).cuda()
     _, total = torch.cuda.mem_get_info()
     times, host, losses, used, per_step = [], [], [], [], []
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(input_ids=data, labels=data)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return out
+
     try:
         for _ in range(args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                out = model(input_ids=data, labels=data)
-            out.loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            out = step()
             # The host has queued the whole step: near the step time, the
             # host (the allocator among it) is what the GPU waits for.
             host.append(time.perf_counter() - start)
@@ -123,6 +132,8 @@ def child(args):
             used.append(total - free)
             if args.child == "strata":  # per step: is the steady state free of driver calls?
                 per_step.append(strata_torch.memory_stats())
+        if args.profile:
+            result["profile"] = profile_step(step)
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
     result["step_s"] = times
@@ -143,6 +154,30 @@ def child(args):
     print(json.dumps(result), flush=True)
 
 
+def profile_step(step):
+    """One more step under torch.profiler: the GPU's kernel time and the
+    kernels that took most, so two allocators' steps can be told apart by
+    whether the GPU computed longer or waited for the host."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = {}
+    spans = []
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        kernels[e.name] = kernels.get(e.name, 0.0) + e.time_range.elapsed_us()
+        spans.append((e.time_range.start, e.time_range.end))
+    busy_us = sum(kernels.values())
+    span_us = max(e for _, e in spans) - min(s for s, _ in spans) if spans else 0
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:12]
+    return {"gpu_kernel_ms": busy_us / 1e3, "gpu_span_ms": span_us / 1e3,
+            "gpu_kernels": len(spans), "top_kernels_ms": [[n[:80], t / 1e3] for n, t in top]}
+
+
 def run_mode(mode, args):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
@@ -156,6 +191,8 @@ def run_mode(mode, args):
            "--limit-gib", str(args.limit_gib), "--build", args.build]
     if args.checkpointing:
         cmd.append("--checkpointing")
+    if args.profile:
+        cmd.append("--profile")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -181,6 +218,8 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--limit-gib", type=float, default=0.0)
     p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="profile one more step per mode: GPU kernel time against the step's span")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     p.add_argument("--json", help="write every mode's results here")
@@ -219,6 +258,10 @@ def main():
                      f"{r['device_wait_ms']:.1f} ms of waits")
         if r.get("oom"):
             line += f"; OOM: {r['oom']}"
+        if r.get("profile"):
+            pr = r["profile"]
+            line += (f"; profiled step: kernels {pr['gpu_kernel_ms']:.1f} ms over a GPU span of "
+                     f"{pr['gpu_span_ms']:.1f} ms ({pr['gpu_kernels']} kernels)")
         print(line)
     get = lambda m, f: (results.get(m) or {}).get(f) if "error" not in (results.get(m) or {}) else None
     step = {m: step_time(results[m]) if m in results and "error" not in results[m] else None
