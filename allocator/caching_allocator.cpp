@@ -386,13 +386,14 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
   arena.mark_freed(it->first, b.size);
   pages_.block_dead(arena, it->first, b.size);
   arena.blocks().release(it);
-  if (arena.open_frees() >= seal_every) {
+  if (arena.open_frees() >= seal_every && arena.seal_due(dev_->host_clock())) {
     // An epoch sealed soon after its frees is known done soon after the
     // GPU passes them: a later step may then unmap there (a repair,
     // page_repair.cpp) without waiting. Two event calls per `seal_every`
-    // frees; a failed call leaves the epoch open (it is sealed later).
+    // frees, at most once per `epoch_interval_s`; a failed call leaves
+    // the epoch open (it is sealed later).
     (void)arena.seal(*dev_, events_);
-    (void)arena.poll(*dev_, events_);
+    (void)arena.poll_if_due(*dev_, events_);
   }
   pages_.release_above(options_.release_threshold);
 }

@@ -204,7 +204,7 @@ status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t
 
 void page_supply::settle() {
   if (!table_.unsettled()) return;
-  for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);
+  for (stream_arena* a : streams_.arenas()) (void)a->poll_if_due(dev_, events_);
   table_.settle();
 }
 

@@ -100,7 +100,9 @@ class page_supply {
   void block_dead(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
     table_.block_dead(arena, addr, bytes);
   }
-  // Polls the arenas' epochs and lifts the shadows they now allow.
+  // Polls the arenas' epochs (each at most once per
+  // stream_arena::epoch_interval_s while its event is unfinished) and lifts
+  // the shadows they now allow.
   void settle();
   // True when idle pages wait on another stream's epoch before they can
   // be used (or their shadows lifted): waiting for the streams may help.

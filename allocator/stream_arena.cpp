@@ -107,6 +107,7 @@ status stream_arena::seal(device& dev, event_pool& events) {
   sealed_.push_back({*e, open_});
   ++open_;
   open_frees_ = 0;
+  last_seal_s_ = dev.host_clock();
   return {};
 }
 
@@ -114,12 +115,20 @@ status stream_arena::poll(device& dev, event_pool& events) {
   while (!sealed_.empty()) {
     auto done = dev.query_event(sealed_.front().event);
     if (!done.ok()) return done.error();
-    if (!done.yes()) break;
+    if (!done.yes()) {
+      last_unfinished_s_ = dev.host_clock();
+      break;
+    }
     completed_ = sealed_.front().epoch;
     events.put(sealed_.front().event);
     sealed_.pop_front();
   }
   return {};
+}
+
+status stream_arena::poll_if_due(device& dev, event_pool& events) {
+  if (sealed_.empty() || dev.host_clock() - last_unfinished_s_ < epoch_interval_s) return {};
+  return poll(dev, events);
 }
 
 status stream_arena::wait_idle(std::uint64_t epoch, device& dev, event_pool& events) {
