@@ -132,10 +132,13 @@ def child(args):
             used.append(total - free)
             if args.child == "strata":  # per step: is the steady state free of driver calls?
                 per_step.append(strata_torch.memory_stats())
-        if args.profile:
-            result["profile"] = profile_step(step)
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
+    if args.profile and "oom" not in result:
+        try:
+            result["profile"] = profile_step(step)
+        except Exception as e:  # noqa: BLE001 - a profiler that fails is reported, not fatal
+            result["profile_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     result["step_s"] = times
     result["host_s"] = host
     result["losses"] = losses
@@ -258,6 +261,8 @@ def main():
                      f"{r['device_wait_ms']:.1f} ms of waits")
         if r.get("oom"):
             line += f"; OOM: {r['oom']}"
+        if r.get("profile_error"):
+            line += f"; profiling failed: {r['profile_error']}"
         if r.get("profile"):
             pr = r["profile"]
             line += (f"; profiled step: kernels {pr['gpu_kernel_ms']:.1f} ms over a GPU span of "
