@@ -19,6 +19,11 @@ free, with the CUDA context), then
 
     torch train: step strata / native R; device memory strata / native M1, strata / expandable M2
 
+--snapshot PATH makes the native run record PyTorch's memory history from
+the weights on and write it as a snapshot (torch.cuda.memory._dump_snapshot),
+as the shared H100 snapshots were made: `strata replay` replays it and
+`strata plan` is calibrated against such runs.
+
 --json keeps every step's time, host time and loss and, for strata,
 Strata's memory_stats() after each step (`per_step_cumulative`: driver
 calls and their time by kind, stitches, waits), so a steady state that
@@ -97,6 +102,9 @@ def child(args):
     if args.limit_gib:
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit_gib * GIB / total))
+    snapshot = args.snapshot and args.child == "native"
+    if snapshot:  # every allocation from the weights on, with Python frames
+        torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
     torch.manual_seed(0)
     cfg = model_config(args.model, args.seq)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").cuda()
@@ -134,6 +142,10 @@ def child(args):
                 per_step.append(strata_torch.memory_stats())
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
+    if snapshot:
+        torch.cuda.memory._dump_snapshot(args.snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        result["snapshot"] = args.snapshot
     if args.profile and "oom" not in result:
         try:
             result["profile"] = profile_step(step)
@@ -196,6 +208,8 @@ def run_mode(mode, args):
         cmd.append("--checkpointing")
     if args.profile:
         cmd.append("--profile")
+    if args.snapshot:
+        cmd += ["--snapshot", args.snapshot]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -223,6 +237,8 @@ def main():
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--profile", action="store_true",
                    help="profile one more step per mode: GPU kernel time against the step's span")
+    p.add_argument("--snapshot", help="native mode: write its PyTorch memory snapshot (the "
+                   "timed steps, Python frames) here, for strata replay and strata plan")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     p.add_argument("--json", help="write every mode's results here")
