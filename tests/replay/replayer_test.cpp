@@ -231,7 +231,9 @@ TEST(ProfilerTrace, AWarmReplayOfRepeatedStepsMakesNoDriverCall) {
 // puts each large request back where the same request was a step or two
 // earlier, and a range free but for a few pages live elsewhere is repaired
 // (those pages unmapped there, the holes mapped) instead of stitched anew,
-// so the second half maps a fraction of what first fit alone stitched there
+// even where first fit has a mapped range when only a page in 128 clashes
+// (GPT-2 cold: 785 calls before that, 203 with it), so the second half
+// maps a fraction of what first fit alone stitched there
 // (5504 and 14252 calls; bench/RESULTS.md, "Defragmentation on the
 // timeline"), within 1.01 x peak live. Replayed once more (warm, as a job's
 // later steps are), the layout has settled: little is left to map.
@@ -241,7 +243,7 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
     std::size_t warmup;
     std::uint64_t most;
   };
-  const replay_case cases[] = {{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 900},
+  const replay_case cases[] = {{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 300},
                                {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 1, 300},
                                {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 0, 3000},
                                {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 1, 600}};
