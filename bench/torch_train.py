@@ -19,6 +19,15 @@ free, with the CUDA context), then
 
     torch train: step strata / native R; device memory strata / native M1, strata / expandable M2
 
+--rounds N runs the modes N times, interleaved (native, strata, native,
+strata, ...): a PyTorch step moves between levels from process to process
+(an H100's Qwen2.5 native step was 157 ms in one run, 143 in the next), so
+one process per mode cannot tell a few percent apart. A mode's step time
+is then the median of its rounds' medians, and one more line gives each
+round's ratio:
+
+    torch train: rounds, step strata / native: R1, R2, ...
+
 --snapshot PATH makes the native run record PyTorch's memory history from
 the weights on and write it as a snapshot (torch.cuda.memory._dump_snapshot),
 as the shared H100 snapshots were made: `strata replay` replays it and
@@ -240,12 +249,17 @@ def main():
     p.add_argument("--snapshot", help="native mode: write its PyTorch memory snapshot (the "
                    "timed steps, Python frames) here, for strata replay and strata plan")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the modes this many times, interleaved; a mode's step is the "
+                   "median of its rounds'")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     p.add_argument("--json", help="write every mode's results here")
     p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.steps < 2:
         raise SystemExit("torch_train: --steps must be at least 2 (the first is not timed)")
+    if not 1 <= args.rounds <= 16:
+        raise SystemExit("torch_train: --rounds must be 1 to 16")
     if args.child:
         child(args)
         return
@@ -258,43 +272,63 @@ def main():
         if m not in MODES:
             raise SystemExit(f"torch_train: unknown mode '{m}' ({', '.join(MODES)})")
     results = {}
+    rounds = {m: [] for m in modes}  # every round's result, in order
     cap = f", cap {args.limit_gib:g} GiB" if args.limit_gib else ", uncapped"
     print(f"torch train: {args.model}, batch {args.batch} x {args.seq}{cap}")
-    for m in modes:
-        r = run_mode(m, args)
-        results[m] = r
-        if "error" in r:
-            print(f"  {m:10s} failed: {r['error']}")
-            continue
-        st = step_time(r)
-        hs = r.get("host_s") or []
-        host_ms = f" (host queues it in {statistics.median(hs[1:]) * 1e3:.1f})" if len(hs) > 1 else ""
-        line = (f"  {m:10s} step {st * 1e3:.1f} ms{host_ms}" if st else f"  {m:10s} step n/a") + (
-            f", peak allocated {r['peak_allocated_gib']:.2f} GiB, reserved "
-            f"{r['peak_reserved_gib']:.2f} GiB, device used {r['device_used_gib'] or 0:.2f} GiB")
-        if "stitches" in r:
-            line += (f", {r['stitches']} stitches, {r['driver_calls']} driver calls, "
-                     f"{r['device_wait_ms']:.1f} ms of waits")
-        if r.get("oom"):
-            line += f"; OOM: {r['oom']}"
-        if r.get("profile_error"):
-            line += f"; profiling failed: {r['profile_error']}"
-        if r.get("profile"):
-            pr = r["profile"]
-            line += (f"; profiled step: kernels {pr['gpu_kernel_ms']:.1f} ms over a GPU span of "
-                     f"{pr['gpu_span_ms']:.1f} ms ({pr['gpu_kernels']} kernels)")
-        print(line)
+    for n in range(args.rounds):
+        for m in modes:
+            r = run_mode(m, args)
+            rounds[m].append(r)
+            results.setdefault(m, r)
+            print_mode(m if args.rounds == 1 else f"{m} #{n + 1}", r)
     get = lambda m, f: (results.get(m) or {}).get(f) if "error" not in (results.get(m) or {}) else None
-    step = {m: step_time(results[m]) if m in results and "error" not in results[m] else None
-            for m in modes}
+    step = {m: median_step(rounds[m]) for m in modes}
+    if args.rounds > 1 and "strata" in rounds and "native" in rounds:
+        pairs = [ratio(step_time(s), step_time(n)) if "error" not in s and "error" not in n
+                 else "n/a" for s, n in zip(rounds["strata"], rounds["native"])]
+        print(f"torch train: rounds, step strata / native: {', '.join(pairs)}")
     print(f"torch train: step strata / native {ratio(step.get('strata'), step.get('native'))}; "
           f"device memory strata / native "
           f"{ratio(get('strata', 'device_used_gib'), get('native', 'device_used_gib'))}, "
           f"strata / expandable "
           f"{ratio(get('strata', 'device_used_gib'), get('expandable', 'device_used_gib'))}")
     if args.json:
+        out = {"args": vars(args), "results": results}
+        if args.rounds > 1:
+            out["rounds"] = rounds
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=1)
+            json.dump(out, f, indent=1)
+
+
+def median_step(runs):
+    """The median of the runs' step times (those that trained), or None."""
+    times = [t for t in (step_time(r) for r in runs if "error" not in r) if t is not None]
+    return statistics.median(times) if times else None
+
+
+def print_mode(m, r):
+    """One mode's line: step time, host time, memory, Strata's counters."""
+    if "error" in r:
+        print(f"  {m:10s} failed: {r['error']}")
+        return
+    st = step_time(r)
+    hs = r.get("host_s") or []
+    host_ms = f" (host queues it in {statistics.median(hs[1:]) * 1e3:.1f})" if len(hs) > 1 else ""
+    line = (f"  {m:10s} step {st * 1e3:.1f} ms{host_ms}" if st else f"  {m:10s} step n/a") + (
+        f", peak allocated {r['peak_allocated_gib']:.2f} GiB, reserved "
+        f"{r['peak_reserved_gib']:.2f} GiB, device used {r['device_used_gib'] or 0:.2f} GiB")
+    if "stitches" in r:
+        line += (f", {r['stitches']} stitches, {r['driver_calls']} driver calls, "
+                 f"{r['device_wait_ms']:.1f} ms of waits")
+    if r.get("oom"):
+        line += f"; OOM: {r['oom']}"
+    if r.get("profile_error"):
+        line += f"; profiling failed: {r['profile_error']}"
+    if r.get("profile"):
+        pr = r["profile"]
+        line += (f"; profiled step: kernels {pr['gpu_kernel_ms']:.1f} ms over a GPU span of "
+                 f"{pr['gpu_span_ms']:.1f} ms ({pr['gpu_kernels']} kernels)")
+    print(line)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,85 @@
+"""bench/torch_train.py --rounds: the modes run interleaved, a mode's step
+time is the median of its rounds' medians, each round's ratio is printed,
+and --json keeps every round. The children are stubbed (no GPU needed):
+run_mode returns what a child would print."""
+
+import contextlib
+import io
+import itertools
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_train  # noqa: E402
+
+# Step times (s) a child reports, in call order: native, strata, native, strata, ...
+STEPS = [[0.9, 0.150, 0.150], [0.9, 0.160, 0.160], [0.9, 0.143, 0.143], [0.9, 0.161, 0.161],
+         [0.9, 0.144, 0.144], [0.9, 0.159, 0.159]]
+
+
+def stub_children():
+    calls = itertools.count()
+    order = []
+
+    def run_mode(mode, args):
+        n = next(calls)
+        order.append(mode)
+        r = {"mode": mode, "step_s": STEPS[n], "host_s": [0.1, 0.05, 0.05],
+             "peak_allocated_gib": 1.0, "peak_reserved_gib": 1.5, "device_used_gib": 2.0}
+        if mode == "strata":
+            r.update(stitches=0, driver_calls=0, device_wait_ms=0.0)
+        return r
+
+    return run_mode, order
+
+
+class RoundsTest(unittest.TestCase):
+    def run_main(self, argv):
+        run_mode, order = stub_children()
+        out = io.StringIO()
+        saved = (torch_train.run_mode, torch_train.missing, sys.argv)
+        torch_train.run_mode = run_mode
+        torch_train.missing = lambda: None
+        sys.argv = ["torch_train.py"] + argv
+        try:
+            with contextlib.redirect_stdout(out):
+                torch_train.main()
+        finally:
+            torch_train.run_mode, torch_train.missing, sys.argv = saved
+        return out.getvalue(), order
+
+    def test_rounds_interleave_and_take_the_median(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.json")
+            text, order = self.run_main(["--modes", "native,strata", "--rounds", "3",
+                                         "--json", path])
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        self.assertEqual(order, ["native", "strata"] * 3)
+        # Each round's ratio of medians: 160/150, 161/143, 159/144.
+        self.assertIn("torch train: rounds, step strata / native: 1.067, 1.126, 1.104", text)
+        # Medians of the rounds: strata 160, native 144.
+        self.assertIn("torch train: step strata / native 1.111;", text)
+        self.assertIn("  native #2  step 143.0 ms", text)
+        self.assertEqual(len(saved["rounds"]["strata"]), 3)
+        self.assertEqual(saved["results"]["native"]["step_s"], STEPS[0])
+
+    def test_one_round_prints_as_before(self):
+        text, order = self.run_main(["--modes", "native,strata"])
+        self.assertEqual(order, ["native", "strata"])
+        self.assertNotIn("rounds", text)
+        self.assertIn("  native     step 150.0 ms", text)
+        self.assertIn("torch train: step strata / native 1.067;", text)
+
+    def test_bad_rounds_are_refused(self):
+        for bad in ("0", "17"):
+            with self.assertRaises(SystemExit) as e:
+                self.run_main(["--rounds", bad])
+            self.assertIn("--rounds must be 1 to 16", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
