@@ -66,8 +66,8 @@ void give_back(strata_allocator* handle) {
   give_back_to(handle);
 }
 
-result<allocator_options> options_from_conf(const char* conf) {
-  return conf != nullptr ? parse_allocator_conf(conf) : allocator_options_from_env();
+result<conf_text> conf_of(const char* conf) {
+  return conf != nullptr ? conf_text::parse(conf) : conf_text::from_env();
 }
 
 }  // namespace strata::c_api
@@ -102,7 +102,9 @@ const char* strata_last_error_message(void) {
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
   if (out == nullptr) return strata::c_api::null_output();
-  auto options = strata::c_api::options_from_conf(conf);
+  auto parsed = strata::c_api::conf_of(conf);
+  if (!parsed) return fail(parsed.error());
+  auto options = strata::allocator_options_from(*parsed);
   if (!options) return fail(options.error());
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());

@@ -59,7 +59,7 @@ struct run {
 // Writes `count` extents of `extent` bytes through a fresh store, verifies
 // them (the residency manager's read-back of a spill), reads them back,
 // checks the bytes; the store's file goes away at the end.
-bool store_run(const strata::offload_options& o, const unsigned char* src, unsigned char* dst,
+bool store_run(const strata::tier_options& o, const unsigned char* src, unsigned char* dst,
                std::size_t extent, std::size_t count, run& r) {
   auto store = strata::nvme_store::open(o);
   if (!store) {
@@ -103,7 +103,7 @@ bool store_run(const strata::offload_options& o, const unsigned char* src, unsig
 }  // namespace
 
 int main(int argc, char** argv) {
-  strata::offload_options o;
+  strata::tier_options o;
   o.nvme_dir = ".";
   std::uint64_t total = 4ULL << 30;
   int repetitions = 3;

@@ -100,15 +100,16 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme, boo
               ",h2d_gbps=" + std::to_string(st.gbps) + ",d2h_gbps=" + std::to_string(st.gbps);
   ao.log_ooms = false;
   strata::allocator alloc(ao);
-  strata::offload_options o;
+  strata::tier_options o;
   o.host_capacity = nvme ? static_cast<std::uint64_t>(st.host) * st.param : 0;
   o.nvme_dir = nvme ? st.nvme_dir : "";
-  o.prefetch_bytes = p == policy::none ? 0 : p == policy::fixed_two ? ~0ULL : 2 * st.param;
-  o.prefetch_inflight = p == policy::fixed_two ? 2 : 16;
-  o.device_lookahead = 2 * st.param;
   o.host_lookahead = 4 * st.param;
+  strata::prefetch_options po;
+  po.prefetch_bytes = p == policy::none ? 0 : p == policy::fixed_two ? ~0ULL : 2 * st.param;
+  po.prefetch_inflight = p == policy::fixed_two ? 2 : 16;
+  po.device_lookahead = 2 * st.param;
   auto buffers = take(strata::residency_manager::create(alloc, o), "residency manager");
-  auto fetch = take(strata::prefetcher::create(*buffers, o), "prefetcher");
+  auto fetch = take(strata::prefetcher::create(*buffers, po), "prefetcher");
   const strata::stream_handle compute = take(alloc.dev().create_stream(), "stream");
   std::vector<std::uint64_t> h;
   h.reserve(static_cast<std::size_t>(st.layers));
@@ -168,7 +169,7 @@ outcome run(const settings& st, policy p, double compute_seconds, bool nvme, boo
 
 // The disk's read rate through the store (bytes/s), for the NVMe bound.
 double disk_read_rate(const settings& st) {
-  strata::offload_options o;
+  strata::tier_options o;
   o.nvme_dir = st.nvme_dir;
   auto store = take(strata::nvme_store::open(o), "nvme store");
   std::vector<unsigned char> bytes(st.param, 7);

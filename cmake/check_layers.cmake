@@ -2,7 +2,7 @@
 # its own headers and the public ones in include/strata/, never another
 # folder's. Fails naming every include that breaks it.
 #   cmake -DSOURCE_DIR=<repo> -P cmake/check_layers.cmake
-set(layers device allocator tiers prefetch kernels collectives gradients integrations tools bench)
+set(layers device conf allocator tiers prefetch kernels collectives gradients integrations tools bench)
 set(violations "")
 foreach(layer IN LISTS layers)
   file(GLOB_RECURSE sources ${SOURCE_DIR}/${layer}/*.cpp ${SOURCE_DIR}/${layer}/*.hpp

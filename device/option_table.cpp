@@ -135,6 +135,9 @@ status set_option(const option_rule& r, std::string_view value, option_field fie
       return {};
     case value_kind::text:
       if (value.empty()) return bad(r, value);
+      if (const auto* c = std::get_if<option_converter>(&field)) {
+        return c->set(c->target, value) ? status{} : bad(r, value);
+      }
       *std::get<std::string*>(field) = std::string(value);
       return {};
   }
@@ -154,6 +157,7 @@ std::string option_text(const option_rule& r, option_field field) {
     case value_kind::flag:
       return *std::get<bool*>(field) ? "true" : "false";
     case value_kind::text: {
+      if (const auto* c = std::get_if<option_converter>(&field)) return c->text(c->target);
       const std::string& s = *std::get<std::string*>(field);
       return s.empty() ? "none" : s;
     }

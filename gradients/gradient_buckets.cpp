@@ -111,7 +111,7 @@ status gradient_buckets::state::replan() {
 status gradient_buckets::state::make_staging(std::size_t bytes,
                                              std::vector<std::unique_ptr<gradient_buffer>>& into) {
   const gradient_param flat{(bytes + 1) / 2, dtype::bf16};  // `bytes` bytes
-  for (unsigned k = 0; k < opt.buckets_inflight; ++k) {
+  for (std::uint64_t k = 0; k < opt.buckets_inflight; ++k) {
     auto s = gradient_buffer::create(dev, {&flat, 1});
     if (!s) return s.error();
     c.staging_bytes += (*s)->reserved_bytes();
@@ -284,33 +284,13 @@ status gradient_buckets::state::settle() {
   return e;
 }
 
-result<bucket_options> bucket_options_from(const allocator_options& options) {
-  if (auto s = check_allocator_options(options); !s) return s;
-  const gradient_options& g = options.gradients;
-  bucket_options b;
-  b.first_bucket_bytes = g.first_bucket_bytes;
-  b.bucket_bytes = g.bucket_bytes;
-  b.buckets_inflight = static_cast<unsigned>(g.buckets_inflight);
-  b.gradient_as_bucket_view = g.gradient_as_bucket_view;
-  if (g.bucket_reduce_dtype == "f32") b.reduce_type = dtype::f32;
-  if (g.bucket_reduce_dtype == "bf16") b.reduce_type = dtype::bf16;
-  if (g.bucket_reduce_dtype == "f16") b.reduce_type = dtype::f16;
-  return b;
-}
-
 result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
     communicator& comm, std::span<const gradient_param> params, stream_handle comm_stream,
     const bucket_options& options) {
+  if (auto s = check_bucket_options(options); !s) return s;
   if (options.reduce_type && *options.reduce_type != dtype::f32 &&
       *options.reduce_type != dtype::bf16 && *options.reduce_type != dtype::f16) {
     return invalid("reduce_type is not a dtype");
-  }
-  const bool cast = options.reduce_type.has_value() &&
-                    std::any_of(params.begin(), params.end(), [&](const gradient_param& p) {
-                      return p.type != *options.reduce_type;
-                    });
-  if ((!options.gradient_as_bucket_view || cast) && options.buckets_inflight == 0) {
-    return invalid("buckets_inflight must be at least 1 when buckets are copied or cast");
   }
   if (params.size() > UINT32_MAX) return invalid("more than 2^32 parameters");
   // A stream the device does not know would fail only at the first

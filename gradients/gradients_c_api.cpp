@@ -35,9 +35,9 @@ strata::result<std::unique_ptr<strata::gradient_buckets>> make(strata::communica
     if (!t) return t.error();
     ps.push_back({params[p].count, *t});
   }
-  auto all = strata::c_api::options_from_conf(conf);
-  if (!all) return all.error();
-  auto options = strata::bucket_options_from(*all);
+  auto parsed = strata::c_api::conf_of(conf);
+  if (!parsed) return parsed.error();
+  auto options = strata::bucket_options_from(*parsed);
   if (!options) return options.error();
   return strata::gradient_buckets::create(comm, ps, strata::stream_handle{comm_stream}, *options);
 }

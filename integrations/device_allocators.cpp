@@ -83,12 +83,15 @@ allocator* device_allocators::create(int index) {
   auto& slot = allocators_[static_cast<std::size_t>(index)];
   if (allocator* a = slot.load(std::memory_order_acquire)) return a;
   if (!configured_) {
-    auto parsed = allocator_options_from_env();
-    if (!parsed) {
-      turn_off(parsed.error().message());
+    auto conf = conf_text::from_env();
+    auto parsed = conf ? allocator_options_from(*conf) : result<allocator_options>(conf.error());
+    auto own = conf ? integration_options_from(*conf) : result<integration_options>(conf.error());
+    if (!parsed || !own) {
+      turn_off(parsed ? own.error().message() : parsed.error().message());
       return nullptr;
     }
     options_ = *parsed;
+    integration_ = *own;
     if (options_.device.rfind("cuda:", 0) == 0) {
       turn_off("STRATA_CONF device '" + options_.device +
                "': integrations follow the current device; use device:cuda");
@@ -101,7 +104,7 @@ allocator* device_allocators::create(int index) {
   try {
     auto* a = new allocator(o);  // NOLINT(cppcoreguidelines-owning-memory): lives until exit
     slot.store(a, std::memory_order_release);
-    if (reporting == nullptr && !options_.report_on_exit.empty()) {
+    if (reporting == nullptr && !integration_.report_on_exit.empty()) {
       reporting = this;
       std::atexit(report_at_exit);
     }
@@ -117,7 +120,7 @@ void device_allocators::write_report() {
   std::string path;
   {
     std::lock_guard lock(mu_);
-    path = options_.report_on_exit;
+    path = integration_.report_on_exit;
   }
   if (path.empty()) return;
   if (path.ends_with(".pickle")) {

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "strata/allocator_options.hpp"
+#include "strata/integration_options.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::integration {
@@ -98,6 +99,7 @@ class device_allocators {
   std::mutex mu_;  // creation and the first configuration
   bool configured_ = false;
   allocator_options options_;
+  integration_options integration_;
 };
 
 }  // namespace strata::integration

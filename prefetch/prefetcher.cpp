@@ -12,21 +12,19 @@
 namespace strata {
 
 result<std::unique_ptr<prefetcher>> prefetcher::create(residency_manager& buffers,
-                                                       const offload_options& options) {
-  allocator_options all;
-  all.offload = options;
-  if (auto s = check_allocator_options(all); !s) return s;
+                                                       const prefetch_options& options) {
+  if (auto s = check_prefetch_options(options); !s) return s;
   std::unique_ptr<prefetcher> p(new prefetcher(buffers, options));
   p->stats_source_ = buffers.device_allocator().add_stats_source(
       "prefetch", [raw = p.get()] { return raw->stats().to_map(); });
   return p;
 }
 
-prefetcher::prefetcher(residency_manager& buffers, const offload_options& options)
+prefetcher::prefetcher(residency_manager& buffers, const prefetch_options& options)
     : buffers_(buffers),
       prefetch_bytes_(options.prefetch_bytes),
       inflight_(options.prefetch_inflight),
-      host_lookahead_(options.host_lookahead),
+      host_lookahead_(buffers.host_lookahead()),
       device_lookahead_(options.device_lookahead),
       reuse_distance_(options.reuse_distance),
       shards_(std::make_unique<shard_gathers>(buffers, buffers.device_allocator())) {}

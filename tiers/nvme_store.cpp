@@ -61,7 +61,7 @@ std::size_t direct_io_alignment(int fd) {
 
 }  // namespace
 
-result<std::unique_ptr<nvme_store>> nvme_store::open(const offload_options& options,
+result<std::unique_ptr<nvme_store>> nvme_store::open(const tier_options& options,
                                                      io_faults* faults) {
   if (options.nvme_dir.empty()) return invalid("no directory given");
   bool tmpfile = false;
@@ -86,7 +86,7 @@ result<std::unique_ptr<nvme_store>> nvme_store::open(const offload_options& opti
   return store;
 }
 
-std::unique_ptr<nvme_store> nvme_store::open_modeled(const offload_options& options, device& dev) {
+std::unique_ptr<nvme_store> nvme_store::open_modeled(const tier_options& options, device& dev) {
   constexpr std::size_t block = 4096;
   std::unique_ptr<nvme_store> store(new nvme_store(options, -1, true, block, nullptr));
   store->modeled_ = &dev;
@@ -102,7 +102,7 @@ status nvme_store::modeled_move(std::size_t bytes) {
   return modeled_->advance_modeled_clock(modeled_end_);
 }
 
-nvme_store::nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
+nvme_store::nvme_store(const tier_options& options, int fd, bool tmpfile, std::size_t block,
                        io_faults* faults)
     : options_(options),
       fd_(fd),

@@ -6,7 +6,7 @@
 namespace strata {
 
 result<std::unique_ptr<pinned_host_pool>> pinned_host_pool::create(device& dev,
-                                                                   const offload_options& options) {
+                                                                   const tier_options& options) {
   try {
     return std::unique_ptr<pinned_host_pool>(new pinned_host_pool(dev, options));
   } catch (const std::bad_alloc&) {

@@ -34,8 +34,8 @@
 
 #include "pinned_block_cache.hpp"
 #include "pinned_run_heap.hpp"
-#include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
+#include "strata/tier_options.hpp"
 
 namespace strata {
 
@@ -43,9 +43,8 @@ class pinned_host_pool {
  public:
   /// A pool over `dev`'s pinned host memory (`dev` must outlive it), sized
   /// by the host_* options, which must be in their table ranges
-  /// (check_allocator_options). Allocates nothing until asked.
-  static result<std::unique_ptr<pinned_host_pool>> create(device& dev,
-                                                          const offload_options& options);
+  /// (check_tier_options). Allocates nothing until asked.
+  static result<std::unique_ptr<pinned_host_pool>> create(device& dev, const tier_options& options);
   pinned_host_pool(const pinned_host_pool&) = delete;
   pinned_host_pool& operator=(const pinned_host_pool&) = delete;
   pinned_host_pool(pinned_host_pool&&) = delete;
@@ -81,7 +80,7 @@ class pinned_host_pool {
   [[nodiscard]] counters stats();
 
  private:
-  pinned_host_pool(device& dev, const offload_options& options)
+  pinned_host_pool(device& dev, const tier_options& options)
       : options_(options), small_(dev, options.host_chunk), large_(dev) {}
   result<void*> allocate_large(std::size_t bytes);
   // Pinned bytes the capacity still allows (needs mu_).
@@ -91,7 +90,7 @@ class pinned_host_pool {
   void note_in_use(std::uint64_t added) noexcept;
   status out_of_memory(std::size_t bytes);
 
-  offload_options options_;
+  tier_options options_;
   std::mutex mu_;  // everything below
   pinned_run_heap small_;
   pinned_block_cache large_;

@@ -61,8 +61,10 @@ strata_status strata_residency_create(strata_allocator* allocator, const char* c
     return fail(strata::errc::invalid_argument,
                 allocator == nullptr ? "null allocator handle" : "the allocator was destroyed");
   }
-  auto options = strata::c_api::options_from_conf(conf);
-  auto made = options ? strata::residency_manager::create(*device, options->offload)
+  auto parsed = strata::c_api::conf_of(conf);
+  auto options = parsed ? strata::tier_options_from(*parsed)
+                        : strata::result<strata::tier_options>(parsed.error());
+  auto made = options ? strata::residency_manager::create(*device, *options)
                       : strata::result<std::unique_ptr<strata::residency_manager>>(options.error());
   if (!made) {
     strata::c_api::give_back(allocator);

@@ -41,11 +41,9 @@ status event_once(device& d, event_handle& e, bool& made) {
 }  // namespace
 
 result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
-                                                               const offload_options& options,
+                                                               const tier_options& options,
                                                                io_faults* nvme_faults) {
-  allocator_options all;
-  all.offload = options;
-  if (auto s = check_allocator_options(all); !s) return s;
+  if (auto s = check_tier_options(options); !s) return s;
   auto host = pinned_host_pool::create(alloc.dev(), options);
   if (!host) return host.error();
   std::unique_ptr<nvme_store> nvme;
@@ -69,6 +67,7 @@ result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
   }
   std::unique_ptr<residency_core> m(
       new residency_core(alloc, std::move(*host), std::move(nvme), options.nvme_verify));
+  m->host_lookahead_ = options.host_lookahead;
   // Two copy streams: a spill's device-to-host copy need not queue behind
   // fills in flight (the two directions overlap on the bus); a third for
   // the reader's streamed prefetches, which it waits for off the mutex.

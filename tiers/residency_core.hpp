@@ -110,7 +110,7 @@ class residency_core {
 
   /// See residency_manager::create.
   static result<std::unique_ptr<residency_core>> create(allocator& alloc,
-                                                        const offload_options& options,
+                                                        const tier_options& options,
                                                         io_faults* nvme_faults);
   residency_core(const residency_core&) = delete;
   residency_core& operator=(const residency_core&) = delete;
@@ -134,6 +134,7 @@ class residency_core {
   std::size_t spill(std::size_t bytes);
   [[nodiscard]] counters stats();
   [[nodiscard]] allocator& device_allocator() const noexcept { return alloc_; }
+  [[nodiscard]] std::uint64_t host_lookahead() const noexcept { return host_lookahead_; }
 
  private:
   struct buffer {
@@ -278,10 +279,11 @@ class residency_core {
   std::unique_ptr<pinned_host_pool> host_;
   std::unique_ptr<nvme_store> nvme_;
   bool verify_nvme_;
-  stream_handle spill_stream_{};   // device-to-host copies, waited for
-  stream_handle fill_stream_{};    // host-to-device copies, stream-ordered
-  event_handle copy_done_{};       // a spill's copy
-  std::size_t staging_chunk_ = 0;  // bytes per staging chunk (block multiple)
+  std::uint64_t host_lookahead_ = 0;  // tier_options::host_lookahead, for a prefetcher
+  stream_handle spill_stream_{};      // device-to-host copies, waited for
+  stream_handle fill_stream_{};       // host-to-device copies, stream-ordered
+  event_handle copy_done_{};          // a spill's copy
+  std::size_t staging_chunk_ = 0;     // bytes per staging chunk (block multiple)
   // Two pinned staging chunks of the device's own, outside the host tier:
   // a streamed fill or spill that finds the host tier full (of reads in
   // flight, of its arena's fragments) takes these instead. Used under mu_

@@ -9,7 +9,7 @@
 namespace strata {
 
 result<std::unique_ptr<residency_manager>> residency_manager::create(allocator& alloc,
-                                                                     const offload_options& options,
+                                                                     const tier_options& options,
                                                                      io_faults* nvme_faults) {
   auto core = residency_core::create(alloc, options, nvme_faults);
   if (!core) return core.error();
@@ -71,6 +71,10 @@ residency_manager::counters residency_manager::stats() {
 
 allocator& residency_manager::device_allocator() const noexcept {
   return core_->device_allocator();
+}
+
+std::uint64_t residency_manager::host_lookahead() const noexcept {
+  return core_->host_lookahead();
 }
 
 }  // namespace strata

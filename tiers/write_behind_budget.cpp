@@ -4,7 +4,7 @@
 
 namespace strata {
 
-result<write_behind_budget> write_behind_budget::create(const offload_options& options,
+result<write_behind_budget> write_behind_budget::create(const tier_options& options,
                                                         std::size_t block, std::size_t chunk) {
   write_behind_budget b;
   if (!options.nvme_write_behind) return b;

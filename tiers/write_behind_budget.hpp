@@ -17,8 +17,8 @@
 #include <memory>
 #include <span>
 
-#include "strata/allocator_options.hpp"
 #include "strata/error.hpp"
+#include "strata/tier_options.hpp"
 
 namespace strata {
 
@@ -30,7 +30,7 @@ class write_behind_budget {
   /// logical blocks whose staging chunks are `chunk` bytes: off unless
   /// nvme_write_behind is on and there is a host capacity. Errors:
   /// out_of_memory (no host memory for the bounce chunk).
-  static result<write_behind_budget> create(const offload_options& options, std::size_t block,
+  static result<write_behind_budget> create(const tier_options& options, std::size_t block,
                                             std::size_t chunk);
 
   [[nodiscard]] bool on() const noexcept { return room_ != 0; }

@@ -1,13 +1,12 @@
-// Options of the caching allocator and their text form, STRATA_CONF.
-//
-// STRATA_CONF is a comma-separated list of key:value pairs, like
-// PYTORCH_CUDA_ALLOC_CONF, e.g.
+// Options of the caching allocator: the allocator's section of STRATA_CONF
+// (strata/conf_text.hpp), e.g.
 //   STRATA_CONF="device:sim:capacity=16GiB,granularity=2MiB,memory_fraction:0.9"
 // in the grammar of strata/option_table.hpp. The device spec may itself
 // contain commas: an item of the form key=value (with '=' and no ':' before
 // it) continues the `device` value before it. allocator_option_table() holds
-// every key with its range and doc; docs/configuration.md's table is
-// rendered from it.
+// the section's keys with their ranges and docs; docs/configuration.md's
+// "allocator" table is rendered from it. The other layers' keys are theirs
+// (tier_options, prefetch_options, bucket_options, the integrations').
 //
 // Thread safety: plain values and pure functions.
 #pragma once
@@ -19,74 +18,12 @@
 #include <string>
 #include <string_view>
 
+#include "strata/conf_text.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/option_table.hpp"
 
 namespace strata {
-
-/// The offload tiers' settings (docs/tiers.md), read by the residency
-/// manager (tiers/residency_manager.hpp); the allocator itself does not read
-/// them. The tiers' option structs take their defaults from here.
-struct offload_options {
-  /// Most pinned host bytes; 0: no limit.
-  std::uint64_t host_capacity = 0;
-  /// Pinned memory the host pool's small-buffer runs take from the device at a time.
-  std::uint64_t host_chunk = 2ULL << 20;
-  /// Host buffers of this size or more get one pinned allocation each.
-  std::uint64_t host_large = 256ULL << 10;
-  /// Freed large host buffers kept for reuse, as a fraction of the bytes in use.
-  double host_kept = 0.05;
-  /// Directory of the NVMe tier's file; empty: no NVMe tier.
-  std::string nvme_dir{};
-  /// Bytes per NVMe request.
-  std::uint64_t nvme_block_size = 1ULL << 20;
-  /// NVMe requests in flight, 1 to 4096.
-  std::uint64_t nvme_queue_depth = 32;
-  /// Most bytes in the NVMe file; 0: until the disk is full.
-  std::uint64_t nvme_capacity = 0;
-  /// Read every spill back from the disk and check it before the host copy
-  /// is freed (one more read of each spilled buffer).
-  bool nvme_verify = true;
-  /// Write host buffers to NVMe in the background while the host tier is
-  /// short of room (the residency manager's write-behind, docs/tiers.md).
-  bool nvme_write_behind = true;
-  /// On a timing-only device: a modeled NVMe tier (no file, no byte
-  /// written; each request takes its bytes at nvme_model_gbps on the
-  /// calling thread's modeled clock) instead of one in nvme_dir.
-  bool nvme_model = false;
-  /// The modeled NVMe tier's rate, GB/s; 0: instant.
-  double nvme_model_gbps = 3.0;
-  /// Prefetcher (docs/prefetch.md): most device bytes in prefetch fills in
-  /// flight plus prefetched buffers not yet acquired; 0 turns prefetch off.
-  std::uint64_t prefetch_bytes = 512ULL << 20;
-  /// Prefetch fills outstanding at once (NVMe reads and device copies), 1 to 1024.
-  std::uint64_t prefetch_inflight = 16;
-  /// Bytes of upcoming acquires whose buffers are read from NVMe to the host.
-  std::uint64_t host_lookahead = 2ULL << 30;
-  /// Bytes of upcoming acquires whose buffers are copied to the device.
-  std::uint64_t device_lookahead = 512ULL << 20;
-  /// A released buffer needed again within this many bytes of acquires is
-  /// spilled only when nothing else can be.
-  std::uint64_t reuse_distance = 0;
-};
-
-/// The gradient buckets' settings (docs/gradients.md), read by
-/// strata::bucket_options_from (strata/gradient_buckets.hpp); the allocator
-/// does not read them. Defaults are bucket_options' (DDP's).
-struct gradient_options {
-  /// The first bucket's limit, at least 1 byte.
-  std::uint64_t first_bucket_bytes = 1ULL << 20;
-  /// Later buckets' limit, at least 1 byte.
-  std::uint64_t bucket_bytes = 25ULL << 20;
-  /// Staging buffers of copied or cast buckets, 1 to 64.
-  std::uint64_t buckets_inflight = 2;
-  /// The dtype buckets are reduced in: "same" (each bucket's own), "f32",
-  /// "bf16" or "f16".
-  std::string bucket_reduce_dtype = "same";
-  /// Buckets are slices of the gradient buffer (no copy).
-  bool gradient_as_bucket_view = true;
-};
 
 /// Limits of the event trace's options: events in the ring, frames per
 /// event, and bytes of frames in all (trace_buffer x trace_frames x 8).
@@ -124,31 +61,35 @@ struct allocator_options {
   /// request, after the whole OOM chain). The report is returned with the
   /// error and kept for last_oom_report() either way.
   bool log_ooms = true;
-  /// Where the integrations (the preload shim, the LibTorch plugin) write
-  /// the stats, the memory summary and the last OOM report at process exit;
-  /// empty: no report. The allocator itself does not read it.
-  std::string report_on_exit{};
-  /// The offload tiers' settings; the allocator itself does not read them.
-  offload_options offload{};
-  /// The gradient buckets' settings; the allocator itself does not read them.
-  gradient_options gradients{};
 };
 
-/// Every STRATA_CONF key: kind, range, doc, field (strata/option_table.hpp).
+/// The allocator's STRATA_CONF keys: kind, range, doc, field
+/// (strata/option_table.hpp).
 STRATA_API std::span<const option_spec<allocator_options>> allocator_option_table();
 
+/// This section of STRATA_CONF (strata/conf_text.hpp).
+STRATA_API const conf_section& allocator_conf_section();
+
 /// Checks options a program filled in itself against the table's ranges
-/// (parse_allocator_conf's results always pass). The allocator and the
-/// residency manager call it when they are made; the parts they are built
-/// from trust the values. Errors: invalid_argument naming the key.
+/// and the frames' budget (trace_buffer x trace_frames); parsed options
+/// always pass. The allocator calls it when it is made; the parts it is
+/// built from trust the values. Errors: invalid_argument naming the key.
 STRATA_API status check_allocator_options(const allocator_options& options);
 
-/// Parses STRATA_CONF text over `defaults`. Unknown keys and bad values are
-/// invalid_argument errors naming the key and the accepted values.
+/// The allocator's section of `conf` over `defaults`. Errors:
+/// invalid_argument naming the key (check_allocator_options).
+STRATA_API result<allocator_options> allocator_options_from(const conf_text& conf,
+                                                            allocator_options defaults = {});
+
+/// Parses STRATA_CONF text (conf_text::parse: every layer's keys are
+/// accepted and checked) and returns the allocator's section over
+/// `defaults`. Errors: invalid_argument naming the key and the accepted
+/// values, or listing the keys for an unknown one.
 STRATA_API result<allocator_options> parse_allocator_conf(std::string_view text,
                                                           allocator_options defaults = {});
 
-/// Parses the STRATA_CONF environment variable (defaults if unset or empty).
+/// parse_allocator_conf() of the STRATA_CONF environment variable
+/// (defaults if unset or empty).
 STRATA_API result<allocator_options> allocator_options_from_env();
 
 }  // namespace strata

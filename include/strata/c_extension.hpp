@@ -8,7 +8,7 @@
 // C API here writes a handle the same way: new_handle() to create,
 // borrow_from()/give_back_to() for a handle built over another (counted, so
 // the other's destroy refuses while users_of() it remain), take_object() to
-// destroy, options_from_conf() for a create call's `conf`.
+// destroy, conf_of() for a create call's `conf`.
 //
 // Thread safety: every function may be called from any thread; the last
 // error is per thread.
@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "strata/conf_text.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/strata.h"
@@ -127,10 +128,11 @@ STRATA_API strata_status copy_out(const std::string& text, char** out);
 /// The same for counters: one JSON object {"name":value,...} in name order.
 STRATA_API strata_status copy_out(const stat_map& counters, char** out);
 
-/// The options a create call's `conf` gives (strata.h's convention):
-/// parsed from it, or from STRATA_CONF when it is null. Errors: the
-/// parser's, invalid_argument naming the key.
-STRATA_API result<allocator_options> options_from_conf(const char* conf);
+/// A create call's `conf` (strata.h's convention), parsed once: the text,
+/// or STRATA_CONF when it is null; each layer takes its section from it
+/// (allocator_options_from, tier_options_from, ...). Errors:
+/// conf_text::parse's, invalid_argument naming the key.
+STRATA_API result<conf_text> conf_of(const char* conf);
 
 /// The C++ allocator behind `handle`, counted as in use until give_back():
 /// strata_allocator_destroy fails with invalid_argument while a use is

@@ -56,43 +56,13 @@
 #include <span>
 #include <vector>
 
-#include "strata/allocator_options.hpp"
+#include "strata/bucket_options.hpp"
 #include "strata/communicator.hpp"
 #include "strata/counter_list.hpp"
 #include "strata/gradient_buffer.hpp"
 #include "strata/strata.hpp"
 
 namespace strata {
-
-/// Options of `gradient_buckets` (also in STRATA_CONF: docs/configuration.md).
-struct bucket_options {
-  /// The first bucket's limit (DDP: 1 MiB); 0: each gradient a bucket alone.
-  std::size_t first_bucket_bytes = 1ULL << 20;
-  /// Later buckets' limit (DDP: 25 MiB); 0: each gradient a bucket alone.
-  std::size_t bucket_bytes = 25ULL << 20;
-  /// Staging buffers of the copy mode and of a cast reduction (reductions
-  /// that may be queued with their own staging). Unused with
-  /// gradient_as_bucket_view and no cast.
-  unsigned buckets_inflight = 2;
-  reduce_op op = reduce_op::avg;
-  /// The dtype the buckets are reduced in; unset: each bucket's own. A
-  /// bucket of another dtype is cast to it for the all-reduce and back
-  /// (see above). For bf16 the result is exact to this rule: each rank's
-  /// value (fp32, times 1/n for avg) rounded to bf16, the bf16 values
-  /// summed in fp32 in rank order and rounded once to bf16 (the `local`
-  /// communicator's order; NCCL's is its own), then widened back exactly.
-  std::optional<dtype> reduce_type;
-  bool gradient_as_bucket_view = true;
-  /// Rebuild the buckets from the ready order observed in the first step.
-  bool rebuild = true;
-};
-
-/// The bucket options STRATA_CONF's gradient keys give (`options.gradients`:
-/// first_bucket_bytes, bucket_bytes, buckets_inflight, bucket_reduce_dtype,
-/// gradient_as_bucket_view); `op` and `rebuild` keep their defaults.
-/// Errors: invalid_argument naming the key of a value out of range
-/// (check_allocator_options).
-STRATA_API result<bucket_options> bucket_options_from(const allocator_options& options);
 
 class STRATA_API gradient_buckets {
  public:
@@ -102,8 +72,8 @@ class STRATA_API gradient_buckets {
   /// the staging buffers are registered with `comm` (`register_buffer`,
   /// ncclCommRegister on `nccl`; skipped when it answers not_supported) and
   /// deregistered before they are freed. Errors: invalid_argument (the
-  /// gradient buffer's, buckets_inflight of 0 in copy
-  /// mode or with a cast, a reduce_type that is not a dtype, a comm_stream
+  /// gradient buffer's, options outside their ranges
+  /// (check_bucket_options), a reduce_type that is not a dtype, a comm_stream
   /// the device does not know: on sim, one it did not create),
   /// out_of_memory, the communicator's registration error.
   static result<std::unique_ptr<gradient_buckets>> create(communicator& comm,

@@ -33,11 +33,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
 #include "strata/extent_space.hpp"
+#include "strata/tier_options.hpp"
 
 struct io_uring;  // liburing's ring; only nvme_store.cpp needs its layout
 
@@ -74,11 +74,11 @@ class STRATA_API nvme_store {
  public:
   /// Opens the unnamed file in `options.nvme_dir` and the ring, sized by the
   /// nvme_* options, which must be in their table ranges
-  /// (check_allocator_options). Errors: invalid_argument (no directory, no
+  /// (check_tier_options). Errors: invalid_argument (no directory, no
   /// such directory, no O_DIRECT there, e.g. tmpfs, a block size that is not
   /// a multiple of its direct-I/O block), io_error (the ring or the file could not be set up).
   /// `faults`, if given, must outlive the store.
-  static result<std::unique_ptr<nvme_store>> open(const offload_options& options,
+  static result<std::unique_ptr<nvme_store>> open(const tier_options& options,
                                                   io_faults* faults = nullptr);
   /// A modeled store for a timing-only device (offload option
   /// nvme_model): extents are accounted as in a file, no byte is read or
@@ -88,7 +88,7 @@ class STRATA_API nvme_store {
   /// thread's modeled clock and the end of the request before it (one at a
   /// time), and moves the caller's clock to its end (device::
   /// advance_modeled_clock). `dev` must outlive the store.
-  static std::unique_ptr<nvme_store> open_modeled(const offload_options& options, device& dev);
+  static std::unique_ptr<nvme_store> open_modeled(const tier_options& options, device& dev);
   nvme_store(const nvme_store&) = delete;
   nvme_store& operator=(const nvme_store&) = delete;
   nvme_store(nvme_store&&) = delete;
@@ -173,7 +173,7 @@ class STRATA_API nvme_store {
     std::uint64_t bytes;
   };
 
-  nvme_store(const offload_options& options, int fd, bool tmpfile, std::size_t block,
+  nvme_store(const tier_options& options, int fd, bool tmpfile, std::size_t block,
              io_faults* faults);
   // Moves [offset, offset + rounded(bytes)) of the file to or from `user`
   // in requests of block_size, queue_depth at a time, checksumming the
@@ -208,7 +208,7 @@ class STRATA_API nvme_store {
   // Needs mu_.
   status modeled_move(std::size_t bytes);
 
-  offload_options options_;
+  tier_options options_;
   device* modeled_ = nullptr;  // a modeled store's device
   double modeled_end_ = 0;     // when its last request ends (modeled seconds)
   int fd_;

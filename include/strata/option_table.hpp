@@ -80,8 +80,18 @@ STRATA_API std::string format_byte_option(std::uint64_t bytes);
 
 enum class value_kind : std::uint8_t { bytes, count, number, flag, text };
 
+/// A `text` option stored in its layer's own type (an enum, an optional):
+/// the layer's two functions convert it from and to option text.
+struct option_converter {
+  void* target = nullptr;
+  /// Stores `value` in `*target`; false for a value the option does not take.
+  bool (*set)(void* target, std::string_view value) = nullptr;
+  /// The value in `*target` as option text.
+  std::string (*text)(const void* target) = nullptr;
+};
+
 /// Where an option's value lives in its struct.
-using option_field = std::variant<std::uint64_t*, double*, bool*, std::string*>;
+using option_field = std::variant<std::uint64_t*, double*, bool*, std::string*, option_converter>;
 
 /// The part of a table row that does not depend on the struct.
 struct option_rule {
@@ -106,6 +116,37 @@ struct option_rule {
   /// One line: what the option does.
   std::string_view doc{};
 };
+
+/// Rule shorthands for the tables' common rows.
+/// A flag: `true` or `false`.
+constexpr option_rule flag_rule(std::string_view name, std::string_view doc) {
+  return {.name = name, .kind = value_kind::flag, .doc = doc};
+}
+
+/// A byte size in [min, max].
+constexpr option_rule bytes_rule(std::string_view name, std::uint64_t min, std::uint64_t max,
+                                 std::string_view doc) {
+  return {.name = name, .kind = value_kind::bytes, .min = min, .max = max, .doc = doc};
+}
+
+/// A byte size of at least `min`, or `none`, stored as `none_value` (0 or
+/// the largest value). Where `none` is stored as 0, 0 itself is not
+/// accepted (it would read as `none`): such a key's `min` is above 0.
+constexpr option_rule bytes_or_none_rule(std::string_view name, std::uint64_t min,
+                                         std::uint64_t none_value, std::string_view doc) {
+  return {.name = name,
+          .kind = value_kind::bytes,
+          .min = min,
+          .none_word = "none",
+          .none_value = none_value,
+          .doc = doc};
+}
+
+/// A count in [min, max].
+constexpr option_rule count_rule(std::string_view name, std::uint64_t min, std::uint64_t max,
+                                 std::string_view doc) {
+  return {.name = name, .kind = value_kind::count, .min = min, .max = max, .doc = doc};
+}
 
 /// A table row for configuration struct `Config`.
 template <class Config>

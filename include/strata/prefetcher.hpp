@@ -61,11 +61,11 @@
 #include <mutex>
 #include <vector>
 
-#include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
 #include "strata/counter_list.hpp"
 #include "strata/error.hpp"
 #include "strata/export.hpp"
+#include "strata/prefetch_options.hpp"
 #include "strata/residency.hpp"
 
 namespace strata {
@@ -76,14 +76,13 @@ struct access;
 
 class STRATA_API prefetcher {
  public:
-  /// A prefetcher over `buffers` (which must outlive it), configured by the
-  /// prefetch keys of `options` (prefetch_bytes, prefetch_inflight,
-  /// host_lookahead, device_lookahead, reuse_distance). It becomes the
-  /// manager's eviction oracle and adds the "prefetch" section to the
-  /// allocator's stats. Errors: invalid_argument for options outside their
-  /// ranges (check_allocator_options).
+  /// A prefetcher over `buffers` (which must outlive it), configured by
+  /// `options` (STRATA_CONF's prefetch section) and by the manager's
+  /// host_lookahead. It becomes the manager's eviction oracle and adds the
+  /// "prefetch" section to the allocator's stats. Errors: invalid_argument
+  /// for options outside their ranges (check_prefetch_options).
   static result<std::unique_ptr<prefetcher>> create(residency_manager& buffers,
-                                                    const offload_options& options);
+                                                    const prefetch_options& options = {});
   prefetcher(const prefetcher&) = delete;
   prefetcher& operator=(const prefetcher&) = delete;
   prefetcher(prefetcher&&) = delete;
@@ -170,7 +169,7 @@ class STRATA_API prefetcher {
   [[nodiscard]] counters stats();
 
  private:
-  prefetcher(residency_manager& buffers, const offload_options& options);
+  prefetcher(residency_manager& buffers, const prefetch_options& options);
   // Fetches ahead from the cursor (see above); `gather`: sharded
   // parameters' gathers too. Needs walk_mu_.
   void schedule(bool gather = true);

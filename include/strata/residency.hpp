@@ -29,13 +29,13 @@
 #include <functional>
 #include <memory>
 
-#include "strata/allocator_options.hpp"
 #include "strata/device.hpp"
 #include "strata/error.hpp"
 #include "strata/residency.h"
 #include "strata/residency_counters.hpp"
 #include "strata/residency_types.hpp"
 #include "strata/strata.hpp"
+#include "strata/tier_options.hpp"
 
 namespace strata {
 
@@ -44,13 +44,13 @@ class residency_core;
 
 class STRATA_API residency_manager {
  public:
-  /// A manager over `alloc` (which must outlive it), its tiers set by the
-  /// offload options (STRATA_CONF's host_* and nvme_* keys; an empty
-  /// nvme_dir: no NVMe tier). Errors: invalid_argument for options outside
-  /// their ranges (check_allocator_options), and those of the NVMe store.
+  /// A manager over `alloc` (which must outlive it), its tiers set by
+  /// `options` (STRATA_CONF's tiers section; an empty nvme_dir: no NVMe
+  /// tier). Errors: invalid_argument for options outside their ranges
+  /// (check_tier_options), and those of the NVMe store.
   /// `nvme_faults` (tests) sees every NVMe request and must outlive it.
   static result<std::unique_ptr<residency_manager>> create(allocator& alloc,
-                                                           const offload_options& options,
+                                                           const tier_options& options,
                                                            io_faults* nvme_faults = nullptr);
   residency_manager(const residency_manager&) = delete;
   residency_manager& operator=(const residency_manager&) = delete;
@@ -126,6 +126,9 @@ class STRATA_API residency_manager {
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
   [[nodiscard]] allocator& device_allocator() const noexcept;
+  /// tier_options::host_lookahead it was made with: how far ahead, in bytes
+  /// of upcoming acquires, a prefetcher reads NVMe into host memory.
+  [[nodiscard]] std::uint64_t host_lookahead() const noexcept;
 
  private:
   explicit residency_manager(std::unique_ptr<residency_core> core);

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "allocator/allocator_fixture.hpp"
+#include "strata/bucket_options.hpp"
+#include "strata/tier_options.hpp"
 
 namespace strata::testing {
 namespace {
@@ -226,7 +228,6 @@ TEST(AllocatorConf, ParsesKeysAndDeviceSpecsWithCommas) {
       "memory_fraction:0.5,wait_before_grow:false,trace_buffer:4096,"
       "report_on_exit:/tmp/strata report.txt");
   ASSERT_TRUE(o.ok()) << o.error().to_string();
-  EXPECT_EQ(o->report_on_exit, "/tmp/strata report.txt");
   EXPECT_EQ(o->trace_buffer, 4096u);
   EXPECT_EQ(o->device, "sim:capacity=1GiB,granularity=2MiB");
   EXPECT_EQ(o->release_threshold, 64u << 20);
@@ -260,26 +261,26 @@ TEST(AllocatorConf, BadConfNamesTheKey) {
 }
 
 TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
-  auto o = parse_allocator_conf(
+  auto o = parse_tier_conf(
       "device:sim,host_capacity:8GiB,host_chunk:4MiB,host_large:1MiB,host_kept:0.1,"
       "nvme_dir:/mnt/nvme/strata,nvme_block_size:512KiB,nvme_queue_depth:64,nvme_capacity:1TiB,"
       "nvme_verify:false");
   ASSERT_TRUE(o.ok()) << o.error().to_string();
-  EXPECT_EQ(o->offload.host_capacity, 8ULL << 30);
-  EXPECT_EQ(o->offload.host_chunk, 4u << 20);
-  EXPECT_EQ(o->offload.host_large, 1u << 20);
-  EXPECT_DOUBLE_EQ(o->offload.host_kept, 0.1);
-  EXPECT_EQ(o->offload.nvme_dir, "/mnt/nvme/strata");
-  EXPECT_EQ(o->offload.nvme_block_size, 512u << 10);
-  EXPECT_EQ(o->offload.nvme_queue_depth, 64u);
-  EXPECT_EQ(o->offload.nvme_capacity, 1ULL << 40);
-  EXPECT_FALSE(o->offload.nvme_verify);
-  EXPECT_TRUE(parse_allocator_conf("")->offload.nvme_verify) << "spills are verified by default";
-  auto none = parse_allocator_conf("host_capacity:none,nvme_capacity:none");
+  EXPECT_EQ(o->host_capacity, 8ULL << 30);
+  EXPECT_EQ(o->host_chunk, 4u << 20);
+  EXPECT_EQ(o->host_large, 1u << 20);
+  EXPECT_DOUBLE_EQ(o->host_kept, 0.1);
+  EXPECT_EQ(o->nvme_dir, "/mnt/nvme/strata");
+  EXPECT_EQ(o->nvme_block_size, 512u << 10);
+  EXPECT_EQ(o->nvme_queue_depth, 64u);
+  EXPECT_EQ(o->nvme_capacity, 1ULL << 40);
+  EXPECT_FALSE(o->nvme_verify);
+  EXPECT_TRUE(parse_tier_conf("")->nvme_verify) << "spills are verified by default";
+  auto none = parse_tier_conf("host_capacity:none,nvme_capacity:none");
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->offload.host_capacity, 0u);
-  EXPECT_EQ(none->offload.nvme_capacity, 0u);
-  EXPECT_EQ(parse_allocator_conf("")->offload.nvme_dir, "") << "no NVMe tier by default";
+  EXPECT_EQ(none->host_capacity, 0u);
+  EXPECT_EQ(none->nvme_capacity, 0u);
+  EXPECT_EQ(parse_tier_conf("")->nvme_dir, "") << "no NVMe tier by default";
   struct bad {
     const char* conf;
     const char* says;
@@ -294,8 +295,10 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
         bad{"nvme_queue_depth:5000", "1 to 4096"}, bad{"nvme_block_size:100", "4KiB to 1GiB"},
         bad{"nvme_capacity:-1", "'nvme_capacity'"}, bad{"nvme_verify:maybe", "true or false"},
         bad{"host_capacity:1GiB,host_capacity:2GiB", "twice"}}) {
+    // Every layer's key is checked whichever layer's section is asked for.
     auto r = parse_allocator_conf(b.conf);
     ASSERT_FALSE(r.ok()) << b.conf;
+    EXPECT_EQ(parse_tier_conf(b.conf).code(), errc::invalid_argument) << b.conf;
     EXPECT_EQ(r.code(), errc::invalid_argument);
     EXPECT_NE(r.error().message().find(b.says), std::string::npos)
         << b.conf << " -> " << r.error().message();
@@ -308,7 +311,7 @@ TEST(AllocatorConf, OffloadKeysReachTheTiersSettings) {
       "host_lookahead:0,device_lookahead:0,reuse_distance:0");
   ASSERT_TRUE(zeros.ok()) << zeros.error().to_string();
   EXPECT_EQ(zeros->release_threshold, 0u);
-  EXPECT_EQ(zeros->gradients.bucket_bytes, 0u);
+  EXPECT_EQ(parse_bucket_conf("bucket_bytes:0")->bucket_bytes, 0u);
 }
 
 TEST(Allocator, DeviceFaultsFailCleanlyAndLoseNoPage) {

@@ -371,32 +371,27 @@ TEST(GradientBuckets, MistakesAreRefusedAndTheStepStaysOpen) {
 }
 
 TEST(GradientBuckets, OptionsComeFromStrataConf) {
-  auto o = parse_allocator_conf(
+  auto b = parse_bucket_conf(
       "first_bucket_bytes:2MiB,bucket_bytes:50MiB,buckets_inflight:3,bucket_reduce_dtype:bf16,"
       "gradient_as_bucket_view:false");
-  ASSERT_TRUE(o.ok()) << o.error().to_string();
-  auto b = bucket_options_from(*o);
-  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
   EXPECT_EQ(b->first_bucket_bytes, 2U << 20);
   EXPECT_EQ(b->bucket_bytes, 50U << 20);
   EXPECT_EQ(b->buckets_inflight, 3U);
   EXPECT_EQ(b->reduce_type, dtype::bf16);
   EXPECT_FALSE(b->gradient_as_bucket_view);
-  auto d = bucket_options_from(allocator_options{});
+  auto d = bucket_options_from(conf_text{});
   ASSERT_TRUE(d.ok());
   const bucket_options defaults;
   EXPECT_EQ(d->first_bucket_bytes, defaults.first_bucket_bytes);
   EXPECT_EQ(d->bucket_bytes, defaults.bucket_bytes);
   EXPECT_EQ(d->buckets_inflight, defaults.buckets_inflight);
   EXPECT_FALSE(d->reduce_type.has_value()) << "`same`: each bucket's own dtype";
-  const auto bad = parse_allocator_conf("bucket_reduce_dtype:fp8");
+  const auto bad = parse_bucket_conf("bucket_reduce_dtype:fp8");
   EXPECT_EQ(bad.code(), errc::invalid_argument);
   EXPECT_NE(bad.error().message().find("bucket_reduce_dtype"), std::string::npos);
-  EXPECT_EQ(parse_allocator_conf("buckets_inflight:0").code(), errc::invalid_argument);
-  EXPECT_TRUE(parse_allocator_conf("bucket_bytes:0").ok()) << "0: each gradient alone";
-  allocator_options filled;
-  filled.gradients.bucket_reduce_dtype = "int8";
-  EXPECT_EQ(bucket_options_from(filled).code(), errc::invalid_argument);
+  EXPECT_EQ(parse_bucket_conf("buckets_inflight:0").code(), errc::invalid_argument);
+  EXPECT_TRUE(parse_bucket_conf("bucket_bytes:0").ok()) << "0: each gradient alone";
 }
 
 TEST(GradientBuffer, LayoutViewsAndZeroing) {

@@ -33,20 +33,26 @@ std::string scratch() {
   return dir;
 }
 
-offload_options tiers(std::size_t host_capacity, bool with_nvme, bool write_behind = true) {
-  offload_options o;
-  o.host_chunk = 2 * mib;
-  o.host_capacity = host_capacity;
+// The tiers' and the prefetcher's options of a rig.
+struct setup {
+  tier_options tiers;
+  prefetch_options prefetch;
+};
+
+setup tiers(std::size_t host_capacity, bool with_nvme, bool write_behind = true) {
+  setup o;
+  o.tiers.host_chunk = 2 * mib;
+  o.tiers.host_capacity = host_capacity;
   if (with_nvme) {
-    o.nvme_dir = scratch();
-    o.nvme_block_size = 256 << 10;
-    o.nvme_queue_depth = 4;
+    o.tiers.nvme_dir = scratch();
+    o.tiers.nvme_block_size = 256 << 10;
+    o.tiers.nvme_queue_depth = 4;
   }
-  o.prefetch_bytes = 4 * mib;
-  o.device_lookahead = 4 * mib;
-  o.host_lookahead = 8 * mib;
-  o.prefetch_inflight = 4;
-  o.nvme_write_behind = write_behind;
+  o.prefetch.prefetch_bytes = 4 * mib;
+  o.prefetch.device_lookahead = 4 * mib;
+  o.tiers.host_lookahead = 8 * mib;
+  o.prefetch.prefetch_inflight = 4;
+  o.tiers.nvme_write_behind = write_behind;
   return o;
 }
 
@@ -62,17 +68,17 @@ struct rig {
   std::vector<std::vector<unsigned char>> bytes;
   std::mt19937 rng{seed};
 
-  rig(const std::string& sim, const offload_options& o, io_faults* faults = nullptr) {
+  rig(const std::string& sim, const setup& o, io_faults* faults = nullptr) {
     allocator_options options;
     options.device = sim;
     options.log_ooms = false;  // the fault cases make spills fail on purpose
     alloc = std::make_unique<allocator>(options);
     stream = *alloc->dev().create_stream();
-    auto m = residency_manager::create(*alloc, o, faults);
+    auto m = residency_manager::create(*alloc, o.tiers, faults);
     EXPECT_TRUE(m.ok()) << m.error().to_string();
     if (!m) return;
     manager = std::move(*m);
-    auto p = prefetcher::create(*manager, o);
+    auto p = prefetcher::create(*manager, o.prefetch);
     EXPECT_TRUE(p.ok()) << p.error().to_string();
     if (p) fetch = std::move(*p);
   }
@@ -159,7 +165,7 @@ TEST(Prefetch, TheLearnedOrderBringsBuffersFromTheHostAhead) {
 // bytes and small biases, read in forward and backward, then each updated
 // with its two optimizer states; every acquire must succeed and keep its
 // bytes.
-void run_model_shape(const std::string& sim, const offload_options& o, std::size_t weight) {
+void run_model_shape(const std::string& sim, const setup& o, std::size_t weight) {
   rig r(sim, o);
   ASSERT_TRUE(r.fetch);
   constexpr std::size_t layers = 4;
@@ -204,17 +210,17 @@ void run_model_shape(const std::string& sim, const offload_options& o, std::size
   r.expect_every_byte();
 }
 
-offload_options tight_host(std::size_t host) {
-  offload_options o;
-  o.host_capacity = host;
-  o.host_chunk = 64 << 10;
-  o.host_large = 4096;
-  o.nvme_dir = scratch();
-  o.nvme_block_size = 64 << 10;
-  o.prefetch_bytes = mib;
-  o.device_lookahead = mib;
-  o.host_lookahead = 8 * mib;
-  o.prefetch_inflight = 16;
+setup tight_host(std::size_t host) {
+  setup o;
+  o.tiers.host_capacity = host;
+  o.tiers.host_chunk = 64 << 10;
+  o.tiers.host_large = 4096;
+  o.tiers.nvme_dir = scratch();
+  o.tiers.nvme_block_size = 64 << 10;
+  o.prefetch.prefetch_bytes = mib;
+  o.prefetch.device_lookahead = mib;
+  o.tiers.host_lookahead = 8 * mib;
+  o.prefetch.prefetch_inflight = 16;
   return o;
 }
 
@@ -539,8 +545,11 @@ TEST(Prefetch, CountersReachTheAllocatorStatsAndSummary) {
   ASSERT_TRUE(r.fetch->begin_step().ok());
   EXPECT_EQ(r.fetch->begin_step().code(), errc::invalid_argument);
   ASSERT_TRUE(r.fetch->end_step().ok());
+  // The read-ahead to the host is the tiers' host_lookahead, one value
+  // for the prefetcher and the write-behind.
+  EXPECT_EQ(r.manager->host_lookahead(), 8 * mib);
   // Options out of range are refused, naming the key.
-  offload_options bad = tiers(32 * mib, false);
+  prefetch_options bad = tiers(32 * mib, false).prefetch;
   bad.prefetch_inflight = 0;
   auto p = prefetcher::create(*r.manager, bad);
   ASSERT_FALSE(p.ok());

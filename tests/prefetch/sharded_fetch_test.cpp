@@ -36,9 +36,14 @@ std::vector<float> original(std::size_t p) {
   return v;
 }
 
-offload_options offload(std::uint64_t reuse_distance) {
-  offload_options o;
+tier_options tiers() {
+  tier_options o;
   o.host_chunk = 2 << 20;
+  return o;
+}
+
+prefetch_options prefetch(std::uint64_t reuse_distance) {
+  prefetch_options o;
   o.prefetch_bytes = 2 * full_floats * sizeof(float);  // two full parameters ahead
   o.device_lookahead = 4 * full_floats * sizeof(float);
   o.reuse_distance = reuse_distance;
@@ -65,12 +70,11 @@ struct sharded_job {
     const std::size_t per = full_floats / static_cast<std::size_t>(n);
     for (int r = 0; r < n; ++r) {
       rank_state st;
-      auto m = residency_manager::create(*ranks.allocs[static_cast<std::size_t>(r)],
-                                         offload(reuse_distance));
+      auto m = residency_manager::create(*ranks.allocs[static_cast<std::size_t>(r)], tiers());
       EXPECT_TRUE(m.ok()) << m.error().to_string();
       if (!m) return;
       st.manager = std::move(*m);
-      auto f = prefetcher::create(*st.manager, offload(reuse_distance));
+      auto f = prefetcher::create(*st.manager, prefetch(reuse_distance));
       EXPECT_TRUE(f.ok());
       st.fetch = std::move(*f);
       st.comm_stream = *ranks.dev(r).create_stream();

@@ -31,7 +31,7 @@ struct modeled_tier {
     a.device = "sim:capacity=16MiB,data=none,driver_costs=none";
     alloc = std::make_unique<allocator>(a);
     stream = *alloc->dev().create_stream();
-    offload_options o;
+    tier_options o;
     o.host_capacity = host_capacity;
     o.host_chunk = 256 << 10;  // within the smallest host capacity used here
     o.nvme_model = true;
@@ -146,7 +146,7 @@ TEST(ResidencyModeledNvme, WaitingForReadsTakesTheirTimeOnTheWaitingThread) {
 
 TEST(ResidencyModeledNvme, MisuseIsRefused) {
   allocator data(allocator_options{.device = "sim:capacity=16MiB"});
-  offload_options o;
+  tier_options o;
   o.nvme_model = true;
   o.nvme_write_behind = false;
   auto m = residency_manager::create(data, o);

@@ -36,9 +36,9 @@ std::vector<unsigned char> pattern(std::size_t n, unsigned seed) {
   return v;
 }
 
-offload_options opts(std::size_t block_size = 1 << 20, unsigned queue_depth = 32,
-                     std::uint64_t capacity = 0) {
-  offload_options o;
+tier_options opts(std::size_t block_size = 1 << 20, unsigned queue_depth = 32,
+                  std::uint64_t capacity = 0) {
+  tier_options o;
   o.nvme_dir = scratch();
   o.nvme_block_size = block_size;
   o.nvme_queue_depth = queue_depth;
@@ -47,7 +47,7 @@ offload_options opts(std::size_t block_size = 1 << 20, unsigned queue_depth = 32
 }
 
 // Opens a store, or skips the test when the directory cannot do O_DIRECT.
-std::unique_ptr<nvme_store> open_store(const offload_options& o, io_faults* faults = nullptr) {
+std::unique_ptr<nvme_store> open_store(const tier_options& o, io_faults* faults = nullptr) {
   auto s = nvme_store::open(o, faults);
   if (!s && s.error().message().find("O_DIRECT") != std::string::npos) return nullptr;
   EXPECT_TRUE(s.ok()) << s.error().to_string();
@@ -198,7 +198,7 @@ TEST(NvmeStore, LargeExtentsStartOnARequestBoundary) {
 }
 
 TEST(NvmeStore, BadOptionsAreClearErrors) {
-  offload_options o;
+  tier_options o;
   EXPECT_EQ(nvme_store::open(o).code(), errc::invalid_argument);
   o.nvme_dir = "/no/such/directory";
   auto missing = nvme_store::open(o);

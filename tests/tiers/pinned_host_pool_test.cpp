@@ -23,7 +23,7 @@ std::unique_ptr<device> sim() {
   return d ? std::move(*d) : nullptr;
 }
 
-std::unique_ptr<pinned_host_pool> make_pool(device& dev, const offload_options& o = {}) {
+std::unique_ptr<pinned_host_pool> make_pool(device& dev, const tier_options& o = {}) {
   auto p = pinned_host_pool::create(dev, o);
   EXPECT_TRUE(p.ok()) << p.error().to_string();
   return p ? std::move(*p) : nullptr;
@@ -227,13 +227,11 @@ TEST(PinnedHostPool, KeptBuffersMakeRoomUnderTheCapacity) {
 // The pool trusts its options: the options table refuses bad ones before
 // any tier is made (the residency manager checks them in create()).
 TEST(PinnedHostPool, BadOptionsAreRefusedByTheTable) {
-  for (const offload_options& o :
-       {offload_options{.host_chunk = 0}, offload_options{.host_large = 0},
-        offload_options{.host_kept = -0.5}, offload_options{.host_kept = 2},
-        offload_options{.nvme_queue_depth = 0}, offload_options{.nvme_block_size = 0}}) {
-    allocator_options all;
-    all.offload = o;
-    EXPECT_EQ(check_allocator_options(all).code(), errc::invalid_argument);
+  for (const tier_options& o :
+       {tier_options{.host_chunk = 0}, tier_options{.host_large = 0},
+        tier_options{.host_kept = -0.5}, tier_options{.host_kept = 2},
+        tier_options{.nvme_queue_depth = 0}, tier_options{.nvme_block_size = 0}}) {
+    EXPECT_EQ(check_tier_options(o).code(), errc::invalid_argument);
   }
 }
 

@@ -30,8 +30,8 @@ std::string scratch() {
   return dir;
 }
 
-offload_options small_tiers(bool with_nvme = true) {
-  offload_options o;
+tier_options small_tiers(bool with_nvme = true) {
+  tier_options o;
   o.host_chunk = 2 * mib;
   o.host_capacity = 8 * mib;
   if (with_nvme) {
@@ -48,7 +48,7 @@ struct setup {
   stream_handle streams[2]{};
 };
 
-setup make(const std::string& sim_spec, const offload_options& o, io_faults* faults = nullptr) {
+setup make(const std::string& sim_spec, const tier_options& o, io_faults* faults = nullptr) {
   setup s;
   allocator_options options;
   options.device = sim_spec;
@@ -164,9 +164,8 @@ TEST(Residency, ErrorsAreClear) {
   ASSERT_FALSE(last.ok()) << "26 MiB fit in 16 MiB of device and 8 of host";
   EXPECT_EQ(last.code(), errc::out_of_memory);
   // Options out of their ranges are refused before any tier is made, naming the key.
-  for (const offload_options& bad :
-       {offload_options{.nvme_queue_depth = 0}, offload_options{.host_chunk = 0},
-        offload_options{.host_kept = 2}}) {
+  for (const tier_options& bad : {tier_options{.nvme_queue_depth = 0},
+                                  tier_options{.host_chunk = 0}, tier_options{.host_kept = 2}}) {
     auto m = residency_manager::create(*s.alloc, bad);
     ASSERT_FALSE(m.ok());
     EXPECT_EQ(m.code(), errc::invalid_argument);
@@ -209,7 +208,7 @@ TEST(Residency, PinnedBuffersStayAndTheOracleChoosesVictims) {
 // is in flight (slow sim streams), and work queued on that stream after it
 // sees the bytes.
 TEST(Residency, FillsAreStreamOrdered) {
-  offload_options o = small_tiers();
+  tier_options o = small_tiers();
   o.host_capacity = 32 * mib;
   auto s = make("sim:capacity=8MiB,op_delay_us=20000", o);
   ASSERT_TRUE(s.manager);
@@ -274,7 +273,7 @@ TEST(Residency, AcquiresOnAnotherStreamFollowTheLastReleasesWork) {
 // spill frees the device memory without copying back; a read_write acquire
 // makes the buffer copy back again, and no byte is lost either way.
 TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
-  offload_options o = small_tiers(false);
+  tier_options o = small_tiers(false);
   o.host_capacity = 32 * mib;
   auto s = make("sim:capacity=8MiB", o);
   ASSERT_TRUE(s.manager);
@@ -303,7 +302,7 @@ TEST(Residency, ReadOnlyAcquiresSpillWithoutCopyingBack) {
 // spilling them back writes nothing; a read_write acquire frees the extent,
 // so the next spill writes again. No byte is lost either way.
 TEST(Residency, ReadOnlyBuffersKeepTheirNvmeExtents) {
-  offload_options o = small_tiers();
+  tier_options o = small_tiers();
   o.host_capacity = 4 * mib;
   auto s = make("sim:capacity=8MiB", o);
   ASSERT_TRUE(s.manager);
@@ -337,7 +336,7 @@ TEST(Residency, ReadOnlyBuffersKeepTheirNvmeExtents) {
 // An NVMe store too small for every buffer's extent: kept extents are
 // freed to make room for a spill that must write, never an error.
 TEST(Residency, KeptExtentsMakeWayWhenNvmeIsFull) {
-  offload_options o = small_tiers();
+  tier_options o = small_tiers();
   o.host_capacity = 4 * mib;
   o.nvme_capacity = 12 * mib;  // room for 4 of the 8 buffers' extents and their trailers
   auto s = make("sim:capacity=8MiB", o);
@@ -421,7 +420,7 @@ TEST(Residency, ASpillToNvmeThatDoesNotReadBackKeepsTheHostCopy) {
   nth_fault fault;
   fault.kind = io_kind::read;
   fault.left = 1;  // the first read: the read-back of the first spill to NVMe
-  offload_options o = small_tiers();
+  tier_options o = small_tiers();
   o.nvme_write_behind = false;  // else it may be a write-behind's read-back
   auto s = make("sim:capacity=16MiB", o, &fault);
   ASSERT_TRUE(s.manager);
@@ -479,7 +478,7 @@ TEST(Residency, AStreamedFillThatFailsItsChecksumLeavesTheBufferOnNvme) {
   nth_fault fault;
   fault.kind = io_kind::read;
   fault.left = 1;  // without read-back, the first read is the first fill's
-  offload_options o = small_tiers();
+  tier_options o = small_tiers();
   o.nvme_verify = false;
   auto s = make("sim:capacity=32MiB", o, &fault);
   ASSERT_TRUE(s.manager);

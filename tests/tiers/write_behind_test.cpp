@@ -88,7 +88,7 @@ struct setup {
     options.log_ooms = false;
     alloc = std::make_unique<allocator>(options);
     stream = *alloc->dev().create_stream();
-    offload_options o;
+    tier_options o;
     o.host_chunk = 2 * mib;
     o.host_capacity = host_capacity;
     o.nvme_dir = scratch();

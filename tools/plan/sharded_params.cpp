@@ -7,8 +7,8 @@
 
 namespace strata::plan {
 
-offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes,
-                                     std::uint64_t ranks, offload_to where, double nvme_gbps) {
+offload_settings plan_offload_options(const std::vector<std::size_t>& shard_bytes,
+                                      std::uint64_t ranks, offload_to where, double nvme_gbps) {
   std::uint64_t largest = 1;
   std::uint64_t smallest = ~std::uint64_t{0};
   for (const std::size_t b : shard_bytes) {
@@ -16,18 +16,18 @@ offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes
     smallest = std::min<std::uint64_t>(smallest, std::max<std::uint64_t>(b * ranks, 1));
   }
   constexpr std::uint64_t mib = 1ULL << 20;  // whole MiB: readable in STRATA_CONF
-  offload_options o;
-  o.prefetch_bytes = (largest + mib - 1) / mib * mib;
-  o.device_lookahead = smallest >= mib ? smallest / mib * mib : smallest;
+  offload_settings o;
+  o.prefetch.prefetch_bytes = (largest + mib - 1) / mib * mib;
+  o.prefetch.device_lookahead = smallest >= mib ? smallest / mib * mib : smallest;
   if (where == offload_to::nvme) {
     // A host tier of three of the largest shards (a read in flight, the
     // staging chunks, at most a quarter of it each, and room to spare):
     // the shards live on the (modeled) NVMe tier and pass through it.
     const std::size_t shard = *std::max_element(shard_bytes.begin(), shard_bytes.end());
-    o.host_capacity = 3 * std::max<std::uint64_t>(shard, mib);
-    o.nvme_model = true;
-    o.nvme_model_gbps = nvme_gbps;
-    o.nvme_write_behind = false;
+    o.tiers.host_capacity = 3 * std::max<std::uint64_t>(shard, mib);
+    o.tiers.nvme_model = true;
+    o.tiers.nvme_model_gbps = nvme_gbps;
+    o.tiers.nvme_write_behind = false;
   }
   return o;
 }
@@ -36,9 +36,9 @@ sharded_params::sharded_params(allocator& alloc, communicator* group, stream_han
                                const std::vector<std::size_t>& shard_bytes, dtype type,
                                offload_to where, double nvme_gbps) {
   const std::uint64_t ranks = group != nullptr ? static_cast<std::uint64_t>(group->size()) : 1;
-  const offload_options o = plan_offload_options(shard_bytes, ranks, where, nvme_gbps);
-  manager_ = value_or_throw(residency_manager::create(alloc, o));
-  fetch_ = value_or_throw(prefetcher::create(*manager_, o));
+  const offload_settings o = plan_offload_options(shard_bytes, ranks, where, nvme_gbps);
+  manager_ = value_or_throw(residency_manager::create(alloc, o.tiers));
+  fetch_ = value_or_throw(prefetcher::create(*manager_, o.prefetch));
   const residency_policy policy = where == offload_to::none   ? residency_policy::pinned_on_device
                                   : where == offload_to::host ? residency_policy::host_only
                                                               : residency_policy::evictable;

@@ -39,18 +39,23 @@
 #include <vector>
 
 #include "plan/plan_setup.hpp"
-#include "strata/allocator_options.hpp"
 #include "strata/communicator.hpp"
 #include "strata/prefetcher.hpp"
 #include "strata/residency.hpp"
 
 namespace strata::plan {
 
+/// The settings of the tiers and of the prefetcher a plan runs with.
+struct offload_settings {
+  tier_options tiers;
+  prefetch_options prefetch;
+};
+
 /// The offload settings above for units of `shard_bytes` sharded over
 /// `ranks`, living at `where`: the prefetcher's, and on NVMe the host
 /// tier's and the modeled NVMe tier's (at `nvme_gbps`).
-offload_options plan_offload_options(const std::vector<std::size_t>& shard_bytes,
-                                     std::uint64_t ranks, offload_to where, double nvme_gbps);
+offload_settings plan_offload_options(const std::vector<std::size_t>& shard_bytes,
+                                      std::uint64_t ranks, offload_to where, double nvme_gbps);
 
 class sharded_params {
  public:

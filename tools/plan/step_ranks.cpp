@@ -472,11 +472,12 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   step_run slowest = ends[0];
   for (const step_run& e : ends) slowest.seconds = std::max(slowest.seconds, e.seconds);
   if (through_prefetcher(s)) {
-    const offload_options p = plan_offload_options(shard_bytes(z), z.ranks, s.params, 0);
-    slowest.conf = "wait_before_grow:false,prefetch_bytes:" + format_byte_option(p.prefetch_bytes) +
-                   ",device_lookahead:" + format_byte_option(p.device_lookahead);
+    const offload_settings p = plan_offload_options(shard_bytes(z), z.ranks, s.params, 0);
+    slowest.conf =
+        "wait_before_grow:false,prefetch_bytes:" + format_byte_option(p.prefetch.prefetch_bytes) +
+        ",device_lookahead:" + format_byte_option(p.prefetch.device_lookahead);
     if (s.params == offload_to::nvme) {
-      slowest.conf += ",host_capacity:" + format_byte_option(p.host_capacity);
+      slowest.conf += ",host_capacity:" + format_byte_option(p.tiers.host_capacity);
     }
   }
   return slowest;

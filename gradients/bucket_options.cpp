@@ -1,0 +1,109 @@
+// The gradients' section of STRATA_CONF: the table of bucket_options, its
+// check and its conf_section (strata/conf_text.hpp). docs/configuration.md's
+// "gradients" table is rendered from this table, and a test keeps the two
+// equal.
+#include <array>
+#include <limits>
+#include <string>
+
+#include "strata/bucket_options.hpp"
+
+namespace strata {
+
+namespace {
+
+using spec = option_spec<bucket_options>;
+constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+
+// bucket_reduce_dtype's words, stored as bucket_options::reduce_type.
+bool set_reduce_dtype(void* target, std::string_view value) {
+  auto& type = *static_cast<std::optional<dtype>*>(target);
+  if (value == "same") {
+    type.reset();
+  } else if (value == "f32") {
+    type = dtype::f32;
+  } else if (value == "bf16") {
+    type = dtype::bf16;
+  } else if (value == "f16") {
+    type = dtype::f16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string reduce_dtype_text(const void* target) {
+  const auto& type = *static_cast<const std::optional<dtype>*>(target);
+  if (!type) return "same";
+  switch (*type) {
+    case dtype::f32:
+      return "f32";
+    case dtype::bf16:
+      return "bf16";
+    case dtype::f16:
+      return "f16";
+  }
+  return "not a dtype";
+}
+
+const std::array<spec, 5> table{{
+    {bytes_rule("first_bucket_bytes", 0, no_max,
+                "the first bucket's limit ([gradients.md](gradients.md); DDP's "
+                "`first_bucket_cap`); `0`: each gradient a bucket of its own"),
+     [](bucket_options& o) -> option_field { return &o.first_bucket_bytes; }},
+    {bytes_rule("bucket_bytes", 0, no_max,
+                "later buckets' limit; a larger gradient is a bucket alone (DDP's "
+                "`bucket_cap_mb`); `0`: each gradient a bucket of its own"),
+     [](bucket_options& o) -> option_field { return &o.bucket_bytes; }},
+    {{.name = "buckets_inflight",
+      .kind = value_kind::count,
+      .min = 1,
+      .max = 64,
+      .doc = "staging buffers of copied or cast buckets (reductions queued "
+             "with their own staging)"},
+     [](bucket_options& o) -> option_field { return &o.buckets_inflight; }},
+    {{.name = "bucket_reduce_dtype",
+      .kind = value_kind::text,
+      .unit = "`same`, `f32`, `bf16` or `f16`",
+      .doc = "the dtype buckets are all-reduced in; `same`: each bucket's "
+             "own, others: cast there and back (`bf16` halves fp32 gradients' bytes on the "
+             "wire)"},
+     [](bucket_options& o) -> option_field {
+       return option_converter{&o.reduce_type, set_reduce_dtype, reduce_dtype_text};
+     }},
+    {flag_rule("gradient_as_bucket_view",
+               "the buckets are slices of the gradient buffer, reduced in place "
+               "(no copy); `false`: packed into staging buffers, as DDP does by default"),
+     [](bucket_options& o) -> option_field { return &o.gradient_as_bucket_view; }},
+}};
+
+constexpr conf_section section =
+    make_conf_section<bucket_options, bucket_option_table, check_bucket_options>("gradients", 3);
+
+}  // namespace
+
+std::span<const option_spec<bucket_options>> bucket_option_table() {
+  return table;
+}
+
+status check_bucket_options(const bucket_options& options) {
+  bucket_options copy = options;
+  return check_options(bucket_option_table(), copy);
+}
+
+result<bucket_options> bucket_options_from(const conf_text& conf, bucket_options defaults) {
+  if (auto s = conf.apply(bucket_option_table(), defaults); !s) return s;
+  return defaults;
+}
+
+result<bucket_options> parse_bucket_conf(std::string_view text) {
+  auto conf = conf_text::parse(text);
+  if (!conf) return conf.error();
+  return bucket_options_from(*conf);
+}
+
+const conf_section& bucket_conf_section() {
+  return section;
+}
+
+}  // namespace strata

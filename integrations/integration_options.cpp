@@ -1,0 +1,51 @@
+// The integrations' section of STRATA_CONF: the table of
+// integration_options, its check and its conf_section
+// (strata/conf_text.hpp). docs/configuration.md's "integrations" table is
+// rendered from this table, and a test keeps the two equal.
+#include <array>
+
+#include "strata/integration_options.hpp"
+
+namespace strata {
+
+namespace {
+
+using spec = option_spec<integration_options>;
+
+const std::array<spec, 1> table{{
+    {{.name = "report_on_exit",
+      .kind = value_kind::text,
+      .unit = "a file path (no commas)",
+      .doc = "the preload shim and the LibTorch plugin write the stats, the memory summary and "
+             "the last OOM report of every device's allocator there at process exit "
+             "([integrations.md](integrations.md#the-exit-report)); a `.pickle` path gets "
+             "snapshots instead"},
+     [](integration_options& o) -> option_field { return &o.report_on_exit; }},
+}};
+
+constexpr conf_section section =
+    make_conf_section<integration_options, integration_option_table, check_integration_options>(
+        "integrations", 4);
+
+}  // namespace
+
+std::span<const option_spec<integration_options>> integration_option_table() {
+  return table;
+}
+
+const conf_section& integration_conf_section() {
+  return section;
+}
+
+status check_integration_options(const integration_options& options) {
+  integration_options copy = options;
+  return check_options(integration_option_table(), copy);
+}
+
+result<integration_options> integration_options_from(const conf_text& conf,
+                                                     integration_options defaults) {
+  if (auto s = conf.apply(integration_option_table(), defaults); !s) return s;
+  return defaults;
+}
+
+}  // namespace strata

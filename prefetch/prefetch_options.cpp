@@ -1,0 +1,70 @@
+// The prefetch section of STRATA_CONF: the table of prefetch_options, its
+// check and its conf_section (strata/conf_text.hpp). docs/configuration.md's
+// "prefetch" table is rendered from this table, and a test keeps the two
+// equal.
+#include <array>
+#include <limits>
+
+#include "strata/prefetch_options.hpp"
+
+namespace strata {
+
+namespace {
+
+using spec = option_spec<prefetch_options>;
+constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+
+const std::array<spec, 4> table{{
+    {bytes_rule("prefetch_bytes", 0, no_max,
+                "the most device bytes in prefetch fills in flight plus buffers "
+                "prefetched and not yet acquired ([prefetch.md](prefetch.md)); `0` turns prefetch "
+                "off"),
+     [](prefetch_options& o) -> option_field { return &o.prefetch_bytes; }},
+    {{.name = "prefetch_inflight",
+      .kind = value_kind::count,
+      .min = 1,
+      .max = 1024,
+      .doc = "prefetch fills outstanding at once (NVMe reads and host-to-device "
+             "copies)"},
+     [](prefetch_options& o) -> option_field { return &o.prefetch_inflight; }},
+    {bytes_rule("device_lookahead", 0, no_max,
+                "how far ahead, in bytes of upcoming acquires, buffers are copied to the "
+                "device (within `prefetch_bytes`)"),
+     [](prefetch_options& o) -> option_field { return &o.device_lookahead; }},
+    {bytes_rule("reuse_distance", 0, no_max,
+                "a released buffer needed again within this many bytes of acquires "
+                "stays on the device unless nothing else can be spilled"),
+     [](prefetch_options& o) -> option_field { return &o.reuse_distance; }},
+}};
+
+constexpr conf_section section =
+    make_conf_section<prefetch_options, prefetch_option_table, check_prefetch_options>("prefetch",
+                                                                                       2);
+
+}  // namespace
+
+std::span<const option_spec<prefetch_options>> prefetch_option_table() {
+  return table;
+}
+
+status check_prefetch_options(const prefetch_options& options) {
+  prefetch_options copy = options;
+  return check_options(prefetch_option_table(), copy);
+}
+
+result<prefetch_options> prefetch_options_from(const conf_text& conf, prefetch_options defaults) {
+  if (auto s = conf.apply(prefetch_option_table(), defaults); !s) return s;
+  return defaults;
+}
+
+result<prefetch_options> parse_prefetch_conf(std::string_view text) {
+  auto conf = conf_text::parse(text);
+  if (!conf) return conf.error();
+  return prefetch_options_from(*conf);
+}
+
+const conf_section& prefetch_conf_section() {
+  return section;
+}
+
+}  // namespace strata
