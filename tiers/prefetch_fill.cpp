@@ -11,6 +11,11 @@
 // its own stream (stream_in), the copy of one chunk overlapping the read of
 // the next, then hands the buffer back on the device.
 //
+// An acquire of a buffer on NVMe queues its own read here too
+// (read_while_taking_room, residency_core.cpp), so that its wait for device
+// room and the disk overlap; that read is no prefetch (`by_acquire`: not
+// counted as one) and ends on the host, the acquire filling it from there.
+//
 // Invariants: a buffer with `reading` set is on NVMe, owns `host` (the
 // read's destination; streamed: the job owns the device memory and the
 // chunks), is in the reader's queue or being read, and is neither a victim
@@ -90,8 +95,8 @@ result<prefetch_outcome> residency_core::start_prefetch(std::uint64_t handle, ti
   return start_device_copy(b);
 }
 
-result<prefetch_outcome> residency_core::start_read(std::uint64_t handle, buffer& b,
-                                                    bool to_device) {
+result<prefetch_outcome> residency_core::start_read(std::uint64_t handle, buffer& b, bool to_device,
+                                                    bool by_acquire) {
   // Host room: host buffers the oracle says are needed later than this one
   // may be spilled on to NVMe (a spill, waited for as every spill is); the
   // read itself is not waited for.
@@ -123,8 +128,9 @@ result<prefetch_outcome> residency_core::start_read(std::uint64_t handle, buffer
   b.reading = true;
   reading_bytes_ += b.bytes;
   ++accounts_.c.fills_in_flight;
-  ++accounts_.c.prefetch_reads;
-  reads_.push_back({handle, b.extent, *host, b.bytes, nullptr, {nullptr, nullptr}, modeled_now()});
+  if (!by_acquire) ++accounts_.c.prefetch_reads;
+  reads_.push_back(
+      {handle, b.extent, *host, b.bytes, nullptr, {nullptr, nullptr}, modeled_now(), by_acquire});
   reads_queued_.notify_one();
   return prefetch_outcome::started;
 }
@@ -256,7 +262,7 @@ void residency_core::finish_read(const read_job& job, status read) {
     if (b.host != nullptr) host_->free(b.host);
     b.host = nullptr;
     b.read_failure = std::move(read);
-    ++accounts_.c.prefetch_failed;
+    if (!job.by_acquire) ++accounts_.c.prefetch_failed;
     set_prefetched(b, false);
   } else if (job.dev != nullptr) {  // streamed: on the device, its copies done
     keep_extent(b);

@@ -266,12 +266,12 @@ status residency_core::queue_fill_copy(buffer& b, void* dev) {
   return {};
 }
 
-status residency_core::fill(buffer& b) {
+status residency_core::fill(buffer& b, void* room) {
   const auto t0 = std::chrono::steady_clock::now();
   // Device memory first: making room may spill buffers to the host, and the
   // staging of an NVMe fill may then push those on to NVMe. The other way
   // round, the staging would hold the host memory the device spills need.
-  auto dev = device_memory(b.bytes);
+  auto dev = room != nullptr ? result<void*>(room) : device_memory(b.bytes);
   if (!dev) return dev.error();
   status st;
   if (b.where == tier::nvme) {
@@ -317,6 +317,28 @@ status residency_core::order_after_fill(buffer& b, stream_handle stream, bool la
   return st;
 }
 
+result<void*> residency_core::read_while_taking_room(std::uint64_t handle, buffer& b) {
+  // A read to the host (a prefetch's or this acquire's own; a streamed
+  // read brings its own device memory) ends with the buffer on the host:
+  // with an acquire waiting, the reader queues no copy.
+  const bool unread = b.where == tier::nvme && !b.reading;
+  const bool to_host = b.reading && b.host != nullptr;
+  if ((!unread && !to_host) || nvme_ == nullptr || nvme_->modeled()) return nullptr;
+  if (unread) {
+    b.next_use = 0;  // needed now: any host buffer may make room for it
+    auto started = start_read(handle, b, false, true);
+    if (!started) return started.error();
+    if (*started != prefetch_outcome::started) return nullptr;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto dev = device_memory(b.bytes);
+  accounts_.c.fill_wait_ns += elapsed_ns(t0);
+  // Without room the acquire fails as it always did; the read goes on and
+  // the buffer lands on the host, whole.
+  if (!dev) return dev.error();
+  return *dev;
+}
+
 result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access_mode mode) {
   auto consumer = check_stream(alloc_.dev(), stream, "acquire");
   if (!consumer) return consumer.error();
@@ -326,12 +348,18 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
   ++b.acquired;  // not a victim while it comes in
+  auto room = read_while_taking_room(handle, b);
+  if (!room) {
+    --b.acquired;
+    return room.error();
+  }
   bool late = false;
   if (b.reading) {
     wait_for_read(lock, b);
     late = true;
   }
-  if (!b.read_failure.ok()) {  // a prefetch's read failed: the buffer is still on NVMe
+  if (!b.read_failure.ok()) {  // a read failed: the buffer is still on NVMe
+    if (*room != nullptr) (void)alloc_.try_free(*room);
     status failed = b.read_failure;
     b.read_failure = {};
     --b.acquired;
@@ -347,11 +375,13 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
     b.where = tier::device;
     accounts_.c.device_bytes += b.bytes;
   } else if (b.where != tier::device) {
-    if (auto s = fill(b); !s) {
+    if (auto s = fill(b, *room); !s) {
       --b.acquired;
       return s;
     }
     late = true;
+  } else if (*room != nullptr) {
+    (void)alloc_.try_free(*room);
   }
   if (auto s = order_after_fill(b, *consumer, late); !s) {
     --b.acquired;

@@ -174,6 +174,7 @@ class residency_core {
     void* dev = nullptr;                  // streamed: straight to this device memory
     void* slots[2] = {nullptr, nullptr};  // streamed: the staging chunks
     double posted_at = 0;                 // the poster's modeled clock (timing-only devices)
+    bool by_acquire = false;              // an acquire's own read, not a prefetch's
   };
 
   residency_core(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
@@ -200,9 +201,18 @@ class residency_core {
                    stream_handle stream, const event_handle done[2]);
   // Host memory for `bytes`, spilling host buffers to NVMe if needed.
   result<void*> host_memory(std::size_t bytes);
-  // Fills `b` (on the host or NVMe) onto the device; the copy from the
-  // host is queued (order_after_fill makes the acquirer wait for it).
-  status fill(buffer& b);
+  // Fills `b` (on the host or NVMe) onto the device, into `room` if given
+  // (device memory the caller took for it; freed on failure) or into
+  // device memory it takes; the copy from the host is queued
+  // (order_after_fill makes the acquirer wait for it).
+  status fill(buffer& b, void* room = nullptr);
+  // An acquire of `b`, on NVMe: starts its read to the host on the reader
+  // thread and takes its device memory while the read is in flight, so
+  // that a wait for room (the GPU still using released buffers) and the
+  // disk overlap. Returns the device memory (null where the read could
+  // not start for want of host room, or `b` is not read from a disk: the
+  // fill then reads after taking room, as before).
+  result<void*> read_while_taking_room(std::uint64_t handle, buffer& b);
   // Gives back the host memory of `b`'s finished fill (waiting for it if
   // `wait`); false if it is still in flight.
   bool retire(buffer& b, bool wait);
@@ -227,7 +237,10 @@ class residency_core {
   void modeled_wait_until(double t) const;
   // The prefetch stages (prefetch_fill.cpp): a read on the reader thread,
   // the copy to the device, the reader's loop and its hand-back.
-  result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b, bool to_device);
+  // `by_acquire`: the acquire's own read (read_while_taking_room), not
+  // counted as a prefetch's.
+  result<prefetch_outcome> start_read(std::uint64_t handle, buffer& b, bool to_device,
+                                      bool by_acquire = false);
   // For a buffer the host tier cannot hold: device memory and two staging
   // chunks now, the read streamed to the device on the reader thread.
   result<prefetch_outcome> start_streamed_read(std::uint64_t handle, buffer& b);

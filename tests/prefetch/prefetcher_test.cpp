@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -336,6 +337,8 @@ class gated_reads : public io_faults {
                int r) override {
     if (k != io_kind::read || std::this_thread::get_id() == test_thread) return r;
     std::unique_lock lock(mu);
+    ++arrived;
+    cv.notify_all();
     cv.wait(lock, [&] { return open; });
     if (corrupt_next) {
       corrupt_next = false;
@@ -352,10 +355,16 @@ class gated_reads : public io_faults {
     open = o;
     cv.notify_all();
   }
+  // Waits until `n` gated reads have reached the disk, at most `limit`.
+  bool wait_arrived(int n, std::chrono::seconds limit) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, limit, [&] { return arrived >= n; });
+  }
   std::thread::id test_thread = std::this_thread::get_id();
   std::mutex mu;
   std::condition_variable cv;
   bool open = true;
+  int arrived = 0;  // gated reads that reached the disk
   bool corrupt_next = false;
   bool fail_next = false;
 };
@@ -391,6 +400,46 @@ TEST(Prefetch, NoFillIsWaitedForOnTheThreadThatIssuedIt) {
   EXPECT_EQ(during.prefetch_reads, 1u);
   EXPECT_EQ(during.fills_in_flight, 1u) << "the read was not in flight when prefetch returned";
   ASSERT_TRUE(r.use(on_nvme).ok());
+  r.expect_every_byte();
+}
+
+// An acquire of a buffer on NVMe hands its read to the reader thread and
+// takes its device memory while the read is in flight: where making room
+// waits for the GPU to finish with released buffers (a step's turn), the
+// disk works meanwhile. (It used to take the room first and then read on
+// its own thread.) The gate holds reader-thread reads, so the acquire,
+// made on the test's thread, returns only once the gate saw its read.
+TEST(Prefetch, AnAcquiresOwnReadOverlapsTakingDeviceRoom) {
+  gated_reads gate;
+  rig r("sim:capacity=18MiB", tiers(16 * mib, true, false), &gate);
+  ASSERT_TRUE(r.fetch);
+  r.add(12, 4 * mib);  // 48 MiB: at most 4 on the device, 4 on the host
+  for (std::size_t k = 0; k < 12; ++k) ASSERT_TRUE(r.use(k, true).ok());
+  ASSERT_TRUE(r.alloc->dev().synchronize().ok());
+  r.manager->spill(SIZE_MAX);
+  std::size_t on_nvme = 12;
+  for (std::size_t k = 0; k < 12 && on_nvme == 12; ++k) {
+    if (*r.manager->where(r.handles[k]) == tier::nvme) on_nvme = k;
+  }
+  ASSERT_LT(on_nvme, 12u);
+  const auto before = r.manager->stats();
+  gate.set_open(false);
+  bool read_by_reader = false;
+  std::thread opener([&] {
+    read_by_reader = gate.wait_arrived(1, std::chrono::seconds(10));
+    gate.set_open(true);
+  });
+  auto got = r.manager->acquire(r.handles[on_nvme], r.stream.native);
+  opener.join();
+  EXPECT_TRUE(read_by_reader) << "the acquire read on its own thread, after taking room";
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_TRUE(r.alloc->dev().synchronize_stream(r.stream).ok());
+  EXPECT_EQ(std::memcmp(*got, r.bytes[on_nvme].data(), r.bytes[on_nvme].size()), 0);
+  ASSERT_TRUE(r.manager->release(r.handles[on_nvme], r.stream.native).ok());
+  const auto after = r.manager->stats();
+  EXPECT_EQ(after.prefetch_reads, before.prefetch_reads) << "an acquire's read is no prefetch";
+  EXPECT_EQ(after.late_fills, before.late_fills + 1);
+  EXPECT_EQ(after.fills_from_nvme, before.fills_from_nvme + 1);
   r.expect_every_byte();
 }
 
