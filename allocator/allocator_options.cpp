@@ -97,16 +97,13 @@ std::span<const option_spec<allocator_options>> allocator_option_table() {
 }
 
 status check_allocator_options(const allocator_options& options) {
-  allocator_options copy = options;
-  if (auto s = check_options(allocator_option_table(), copy); !s) return s;
+  if (auto s = check_options(allocator_option_table(), options); !s) return s;
   return check_frames_budget(options);
 }
 
 result<allocator_options> allocator_options_from(const conf_text& conf,
                                                  allocator_options defaults) {
-  if (auto s = conf.apply(allocator_option_table(), defaults); !s) return s;
-  if (auto s = check_frames_budget(defaults); !s) return s;
-  return defaults;
+  return section_from(conf, allocator_option_table(), std::move(defaults), check_frames_budget);
 }
 
 result<allocator_options> parse_allocator_conf(std::string_view text, allocator_options defaults) {

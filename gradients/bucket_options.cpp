@@ -87,19 +87,15 @@ std::span<const option_spec<bucket_options>> bucket_option_table() {
 }
 
 status check_bucket_options(const bucket_options& options) {
-  bucket_options copy = options;
-  return check_options(bucket_option_table(), copy);
+  return check_options(bucket_option_table(), options);
 }
 
 result<bucket_options> bucket_options_from(const conf_text& conf, bucket_options defaults) {
-  if (auto s = conf.apply(bucket_option_table(), defaults); !s) return s;
-  return defaults;
+  return section_from(conf, bucket_option_table(), defaults);
 }
 
 result<bucket_options> parse_bucket_conf(std::string_view text) {
-  auto conf = conf_text::parse(text);
-  if (!conf) return conf.error();
-  return bucket_options_from(*conf);
+  return parse_section(text, bucket_options_from);
 }
 
 const conf_section& bucket_conf_section() {

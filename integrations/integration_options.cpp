@@ -3,6 +3,7 @@
 // (strata/conf_text.hpp). docs/configuration.md's "integrations" table is
 // rendered from this table, and a test keeps the two equal.
 #include <array>
+#include <utility>
 
 #include "strata/integration_options.hpp"
 
@@ -38,14 +39,12 @@ const conf_section& integration_conf_section() {
 }
 
 status check_integration_options(const integration_options& options) {
-  integration_options copy = options;
-  return check_options(integration_option_table(), copy);
+  return check_options(integration_option_table(), options);
 }
 
 result<integration_options> integration_options_from(const conf_text& conf,
                                                      integration_options defaults) {
-  if (auto s = conf.apply(integration_option_table(), defaults); !s) return s;
-  return defaults;
+  return section_from(conf, integration_option_table(), std::move(defaults));
 }
 
 }  // namespace strata

@@ -48,19 +48,15 @@ std::span<const option_spec<prefetch_options>> prefetch_option_table() {
 }
 
 status check_prefetch_options(const prefetch_options& options) {
-  prefetch_options copy = options;
-  return check_options(prefetch_option_table(), copy);
+  return check_options(prefetch_option_table(), options);
 }
 
 result<prefetch_options> prefetch_options_from(const conf_text& conf, prefetch_options defaults) {
-  if (auto s = conf.apply(prefetch_option_table(), defaults); !s) return s;
-  return defaults;
+  return section_from(conf, prefetch_option_table(), defaults);
 }
 
 result<prefetch_options> parse_prefetch_conf(std::string_view text) {
-  auto conf = conf_text::parse(text);
-  if (!conf) return conf.error();
-  return prefetch_options_from(*conf);
+  return parse_section(text, prefetch_options_from);
 }
 
 const conf_section& prefetch_conf_section() {

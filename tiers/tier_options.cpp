@@ -104,21 +104,16 @@ std::span<const option_spec<tier_options>> tier_option_table() {
 }
 
 status check_tier_options(const tier_options& options) {
-  tier_options copy = options;
-  if (auto s = check_options(tier_option_table(), copy); !s) return s;
+  if (auto s = check_options(tier_option_table(), options); !s) return s;
   return check_host_chunk(options);
 }
 
 result<tier_options> tier_options_from(const conf_text& conf, tier_options defaults) {
-  if (auto s = conf.apply(tier_option_table(), defaults); !s) return s;
-  if (auto s = check_host_chunk(defaults); !s) return s;
-  return defaults;
+  return section_from(conf, tier_option_table(), std::move(defaults), check_host_chunk);
 }
 
 result<tier_options> parse_tier_conf(std::string_view text) {
-  auto conf = conf_text::parse(text);
-  if (!conf) return conf.error();
-  return tier_options_from(*conf);
+  return parse_section(text, tier_options_from);
 }
 
 const conf_section& tier_conf_section() {

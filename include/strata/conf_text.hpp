@@ -94,6 +94,29 @@ class conf_text {
   std::vector<std::pair<std::string, std::string>> items_;
 };
 
+/// A layer's section of `conf` over `defaults`: the items its `table` has,
+/// then `across` (its rules across keys; null: none). Errors:
+/// invalid_argument naming the key.
+template <class Config>
+result<Config> section_from(const conf_text& conf, std::span<const option_spec<Config>> table,
+                            Config defaults, status (*across)(const Config&) = nullptr) {
+  if (auto s = conf.apply(table, defaults); !s) return s;
+  if (across != nullptr) {
+    if (auto s = across(defaults); !s) return s;
+  }
+  return defaults;
+}
+
+/// Parses STRATA_CONF `text` once (conf_text::parse) and returns the
+/// section `from` takes from it, over its defaults.
+template <class Config>
+result<Config> parse_section(std::string_view text,
+                             result<Config> (*from)(const conf_text&, Config)) {
+  auto conf = conf_text::parse(text);
+  if (!conf) return conf.error();
+  return from(*conf, Config{});
+}
+
 /// The conf_section of a layer whose table is `Table()` and whose
 /// section-wide check (the table's ranges and the rules across keys) is
 /// `Check`, a function of a `Config`.

@@ -194,9 +194,10 @@ status apply_options(std::span<const option_spec<Config>> table, std::span<const
 
 /// Range-checks every field of `config` by `table` (see check_option).
 template <class Config>
-status check_options(std::span<const option_spec<Config>> table, Config& config) {
+status check_options(std::span<const option_spec<Config>> table, const Config& config) {
+  Config copy = config;  // the rows' field accessors take a mutable struct
   for (const auto& row : table) {
-    if (auto s = check_option(row.rule, row.field(config)); !s) return s;
+    if (auto s = check_option(row.rule, row.field(copy)); !s) return s;
   }
   return {};
 }
