@@ -88,7 +88,7 @@ status check_frames_budget(const allocator_options& o) {
 
 constexpr conf_section section =
     make_conf_section<allocator_options, allocator_option_table, check_allocator_options>(
-        "allocator", 0);
+        "allocator");
 
 }  // namespace
 

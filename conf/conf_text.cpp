@@ -3,6 +3,7 @@
 // owns its key.
 #include "strata/conf_text.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 
@@ -16,11 +17,9 @@ namespace strata {
 
 namespace {
 
-const conf_section* owner(std::string_view key) {
-  for (const conf_section* s : conf_sections()) {
-    if (s->has_key(key)) return s;
-  }
-  return nullptr;
+bool owned(std::string_view key) {
+  return std::ranges::any_of(conf_sections(),
+                             [&](const conf_section* s) { return s->has_key(key); });
 }
 
 status unknown_key(std::string_view key) {
@@ -46,7 +45,7 @@ result<conf_text> conf_text::parse(std::string_view text) {
   if (!items) return items.error();
   conf_text out;
   for (const option& item : *items) {
-    if (owner(item.key) == nullptr) return unknown_key(item.key);
+    if (!owned(item.key)) return unknown_key(item.key);
     out.items_.emplace_back(item.key, item.value);
   }
   for (const conf_section* s : conf_sections()) {

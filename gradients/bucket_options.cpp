@@ -78,7 +78,7 @@ const std::array<spec, 5> table{{
 }};
 
 constexpr conf_section section =
-    make_conf_section<bucket_options, bucket_option_table, check_bucket_options>("gradients", 3);
+    make_conf_section<bucket_options, bucket_option_table, check_bucket_options>("gradients");
 
 }  // namespace
 

@@ -26,7 +26,7 @@ const std::array<spec, 1> table{{
 
 constexpr conf_section section =
     make_conf_section<integration_options, integration_option_table, check_integration_options>(
-        "integrations", 4);
+        "integrations");
 
 }  // namespace
 

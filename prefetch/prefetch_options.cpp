@@ -38,8 +38,7 @@ const std::array<spec, 4> table{{
 }};
 
 constexpr conf_section section =
-    make_conf_section<prefetch_options, prefetch_option_table, check_prefetch_options>("prefetch",
-                                                                                       2);
+    make_conf_section<prefetch_options, prefetch_option_table, check_prefetch_options>("prefetch");
 
 }  // namespace
 

@@ -325,8 +325,10 @@ result<void*> residency_core::read_while_taking_room(std::uint64_t handle, buffe
   const bool to_host = b.reading && b.host != nullptr;
   if ((!unread && !to_host) || nvme_ == nullptr || nvme_->modeled()) return nullptr;
   if (unread) {
+    const std::uint64_t next_use = b.next_use;
     b.next_use = 0;  // needed now: any host buffer may make room for it
     auto started = start_read(handle, b, false, true);
+    if (!started || *started != prefetch_outcome::started) b.next_use = next_use;
     if (!started) return started.error();
     if (*started != prefetch_outcome::started) return nullptr;
   }

@@ -95,7 +95,7 @@ status check_host_chunk(const tier_options& o) {
 }
 
 constexpr conf_section section =
-    make_conf_section<tier_options, tier_option_table, check_tier_options>("tiers", 1);
+    make_conf_section<tier_options, tier_option_table, check_tier_options>("tiers");
 
 }  // namespace
 

@@ -40,9 +40,6 @@ class conf_text;
 struct conf_section {
   /// "allocator", "tiers", "prefetch", "gradients", "integrations".
   std::string_view name{};
-  /// Where the section stands in docs/configuration.md and in error
-  /// messages' key lists (lower first).
-  int order = 0;
   /// Whether `key` is one of the section's keys.
   bool (*has_key)(std::string_view key) = nullptr;
   /// The section's keys, in table order.
@@ -54,7 +51,8 @@ struct conf_section {
   std::string (*markdown)() = nullptr;
 };
 
-/// Every section, in `order`: allocator, tiers, prefetch, gradients,
+/// Every section, in the layers' order (docs/configuration.md's and the
+/// unknown-key message's): allocator, tiers, prefetch, gradients,
 /// integrations.
 STRATA_API std::span<const conf_section* const> conf_sections();
 
@@ -122,10 +120,9 @@ result<Config> parse_section(std::string_view text,
 /// `Check`, a function of a `Config`.
 template <class Config, std::span<const option_spec<Config>> (*Table)(),
           status (*Check)(const Config&)>
-constexpr conf_section make_conf_section(std::string_view name, int order) {
+constexpr conf_section make_conf_section(std::string_view name) {
   return {
       .name = name,
-      .order = order,
       .has_key =
           [](std::string_view key) {
             return std::ranges::any_of(Table(),
