@@ -65,6 +65,12 @@ int main(int argc, char** argv) try {
                    "Replay the trace this many times before the measured pass (a trace recorded "
                    "warm, like a profiler trace of later steps, then replays warm)")
       ->check(CLI::Range(0, 16));
+  replay
+      ->add_option("--steady-steps", ro.steady_steps,
+                   "With --timeline: repeat the trace's last step this many times after it and "
+                   "say what the last half of them added (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
 
   strata::plan_command_options po;
   auto* plan = app.add_subcommand(

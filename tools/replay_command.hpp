@@ -17,6 +17,7 @@ struct replay_command_options {
   bool timeline = false;   // --timeline
   double gpu_lag_ms = 12;  // --gpu-lag-ms
   int warmup = 0;          // --warmup
+  int steady_steps = 8;    // --steady-steps
 };
 
 /// Runs the replay and writes the reports. Returns the exit code: 0 on a

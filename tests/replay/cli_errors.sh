@@ -27,6 +27,7 @@ expect 1 "required" "$strata" replay
 expect 1 "--bogus" "$strata" replay "$small" --bogus
 expect 1 "device-index" "$strata" replay "$small" --device-index -1
 expect 0 "" "$strata" replay --help
+expect 1 "steady-steps" "$strata" replay "$small" --timeline --steady-steps 65
 expect 1 "^strata replay: --device: " "$strata" replay "$small" --device sim:capacity=banana
 expect 1 "cannot write the report to stdout" sh -c "'$strata' replay '$small' > /dev/full"
 expect 1 "is a directory" "$strata" replay "$traces"

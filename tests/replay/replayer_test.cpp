@@ -171,6 +171,25 @@ TEST(ReplayTimeline, NeedsATimedTraceAndASimDevice) {
   EXPECT_NE(r.error().message().find("time of every call"), std::string::npos);
 }
 
+// A warm-up pass leaves blocks live (a snapshot's weights); the measured
+// pass allocates at their addresses again, which the recording could only
+// do after freeing them: the old block goes first, and Strata never holds
+// both (before, the warm Qwen2.5 replay peaked at 1.044 x live).
+TEST(Replayer, AWarmPassFreesTheBlockAtAnAddressBeforeReusingIt) {
+  alloc_trace t;
+  t.source = "t";
+  t.format = "strata_trace";
+  t.ops.push_back({op_kind::alloc, 0x1000, 64 << 20, 0, trace_op::no_frames, 0});
+  t.ops.push_back({op_kind::alloc, 0x2000, 8 << 20, 0, trace_op::no_frames, 0});
+  t.ops.push_back({op_kind::free, 0x2000, 8 << 20, 0, trace_op::no_frames, 0});
+  replay_options o;
+  o.warmup = 1;
+  auto r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->peak_live, std::uint64_t{72} << 20);
+  EXPECT_EQ(r->peak_allocated, r->peak_live) << "the weights were held twice";
+}
+
 // The bundled snapshots carry time_us: they replay on the timeline.
 TEST(ReplayTimeline, BundledSnapshotsAreTimed) {
   auto t = read_trace(traces + "cs336_forward_small_cold.pickle", 0);
@@ -235,8 +254,10 @@ TEST(ProfilerTrace, AWarmReplayOfRepeatedStepsMakesNoDriverCall) {
 // (GPT-2 cold: 785 calls before that, 203 with it), so the second half
 // maps a fraction of what first fit alone stitched there
 // (5504 and 14252 calls; bench/RESULTS.md, "Defragmentation on the
-// timeline"), within 1.01 x peak live. Replayed once more (warm, as a job's
-// later steps are), the layout has settled: little is left to map.
+// timeline"), within 1.01 x peak live. Replayed warm (the whole run again
+// in the same process, the first run's weights live until the second makes
+// its own), Qwen2.5's third and fourth steps still trade layouts (3832
+// calls); the steps after a recording settle to none (step_cycle_test.cpp).
 TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
   struct replay_case {
     const char* name;
@@ -246,7 +267,7 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
   const replay_case cases[] = {{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 300},
                                {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 1, 300},
                                {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 0, 3000},
-                               {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 1, 600}};
+                               {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 1, 4000}};
   for (const replay_case& c : cases) {
     auto t = read_trace(h100 + c.name, 0);
     ASSERT_TRUE(t.ok()) << t.error().to_string();
@@ -261,13 +282,8 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
     // once is part of what was added.
     EXPECT_GT(r->timeline.pages_created, 0U) << c.name;
     EXPECT_LE(r->timeline.first_map_ms, r->timeline.added_ms + 1e-6) << c.name;
-    // Warm, the pages of the first pass stay reserved into the second,
-    // whose first step lays out differently (1.044 x for Qwen2.5 before
-    // and after repairs): the bound is the cold replay's.
-    if (c.warmup == 0) {
-      EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live))
-          << c.name;
-    }
+    EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live))
+        << c.name << " warmup " << c.warmup;
   }
 }
 

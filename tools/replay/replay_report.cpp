@@ -46,6 +46,16 @@ std::string memory_calls_text(const driver_call_totals& d) {
   return out.empty() ? "none" : out;
 }
 
+// The steady state's JSON: null unless a step was found and repeated.
+std::string steady_json(const timeline_result::steady_state& s) {
+  if (!s.found) return "null";
+  return "{\"step_calls\":" + std::to_string(s.step_ops) + ",\"step_ms\":" + number(s.step_ms) +
+         ",\"repeats\":" + std::to_string(s.repeats) +
+         ",\"measured_repeats\":" + std::to_string(s.measured) +
+         ",\"added_fraction\":" + number(s.added_fraction()) +
+         ",\"driver_calls\":" + std::to_string(s.driver_calls) + "}";
+}
+
 }  // namespace
 
 std::string timeline_line(const timeline_result& t) {
@@ -53,6 +63,14 @@ std::string timeline_line(const timeline_result& t) {
          " ms of trace (" + fixed(100 * t.added_fraction(), 2) +
          "%); second half: " + fixed(100 * t.second_half_added_fraction(), 2) + "%, " +
          std::to_string(t.second_half_driver_calls) + " driver calls";
+}
+
+std::string steady_text(const timeline_result::steady_state& s) {
+  if (!s.found) return "none found: the trace does not end in a repeated step";
+  return "the last step (" + std::to_string(s.step_ops) + " calls, " + fixed(s.step_ms, 1) +
+         " ms) repeated " + std::to_string(s.repeats) + " times after the trace: the last " +
+         std::to_string(s.measured) + " added " + fixed(100 * s.added_fraction(), 2) + "%, " +
+         std::to_string(s.driver_calls) + " driver calls";
 }
 
 std::string printable(std::string_view s) {
@@ -125,6 +143,7 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
              fixed(r.timeline.first_map_ms, 1) + " ms (" +
              fixed(100 * r.timeline.first_map_fraction(), 2) +
              "% of the trace): what holding them mapped costs any allocator");
+    if (r.timeline.steady.tried) line("timeline: steady state", steady_text(r.timeline.steady));
     t += timeline_line(r.timeline) + "\n";
   }
   for (const replay_oom& o : r.ooms) {
@@ -182,8 +201,8 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
               ",\"driver_calls\":" + std::to_string(tl.driver_calls) +
               ",\"driver_ms\":" + number(tl.driver_ms) + ",\"wait_ms\":" + number(tl.wait_ms) +
               ",\"pages_created\":" + std::to_string(tl.pages_created) +
-              ",\"first_map_ms\":" + number(tl.first_map_ms) +
-              ",\"first_map_fraction\":" + number(tl.first_map_fraction()) + "}");
+              ",\"first_map_ms\":" + number(tl.first_map_ms) + ",\"first_map_fraction\":" +
+              number(tl.first_map_fraction()) + ",\"steady\":" + steady_json(tl.steady) + "}");
   } else {
     field("timeline", "null");
   }

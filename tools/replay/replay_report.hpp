@@ -20,6 +20,11 @@ namespace strata::replay {
 /// Z2%, N driver calls" (N: memory driver calls in the second half).
 [[nodiscard]] std::string timeline_line(const timeline_result& t);
 
+/// The steady state in words: "the last step (N calls, T ms) repeated R
+/// times after the trace: the last M added Z%, K driver calls", or that
+/// the trace ends in no repeated step.
+[[nodiscard]] std::string steady_text(const timeline_result::steady_state& s);
+
 [[nodiscard]] std::string report_text(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_json(const alloc_trace& trace, const replay_result& r);
 [[nodiscard]] std::string report_html(const alloc_trace& trace, const replay_result& r);

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "step_cycle.hpp"
+
 namespace strata::replay {
 
 namespace {
@@ -109,6 +111,9 @@ class run {
     auto stream = stream_of(op.stream);
     if (!stream) return stream.error();
     if (op.size == 0) return {};
+    // The recording could not hand out a live address: the block there (a
+    // warm-up pass's, or one whose free the trace lost) was freed before.
+    if (auto old = live.find(op.addr); old != live.end()) release(old, false);
     const auto t0 = std::chrono::steady_clock::now();
     auto p = a_.try_malloc_async(op.size, *stream);
     const auto t1 = std::chrono::steady_clock::now();
@@ -118,7 +123,6 @@ class run {
       ooms.push_back({index, op.size, a_.last_oom_report(), p.error().message()});
       return {};
     }
-    if (auto old = live.find(op.addr); old != live.end()) release(old, false);
     live[op.addr] = {*p, {op.size, op.stream, index, op.frames}};
     live_bytes += op.size;
     return {};
@@ -198,11 +202,50 @@ class progress_bar {
   std::size_t last_ = 101;
 };
 
+// The trace, then its last step `options.steady_repeats` times more, on a
+// fresh allocator at the trace's pace: what the last half of the repeats
+// added, in `out`.
+status replay_steady_state(const alloc_trace& trace, const replay_options& options,
+                           timeline_result::steady_state& out) {
+  out.tried = true;
+  const std::optional<step_cycle> step = find_last_step(trace);
+  if (!step) return {};
+  const alloc_trace longer = with_step_repeated(trace, *step, options.steady_repeats);
+  replay_options plain = options;
+  plain.snapshot = false;
+  auto made = make_allocator(plain, longer);
+  if (!made) return made.error();
+  run steady(longer, **made);
+  const std::size_t measured = (options.steady_repeats + 1) / 2;
+  const std::size_t tail_op = trace.ops.size() + (options.steady_repeats - measured) * step->ops;
+  timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
+  if (auto s = steady.go(
+          longer.ops.size(), false, [](std::size_t) {}, &pacer, options.warmup);
+      !s) {
+    return s;
+  }
+  auto t = pacer.finish();
+  if (!t) return status{t.error().code(), trace.source + ": " + t.error().message()};
+  out.found = true;
+  out.step_ops = step->ops;
+  out.step_ms = static_cast<double>(step->span_ns) * 1e-6;
+  out.repeats = options.steady_repeats;
+  out.measured = measured;
+  out.measured_ms = static_cast<double>(measured) * out.step_ms;
+  out.added_ms = t->second_half_added_ms;
+  out.driver_calls = t->second_half_driver_calls;
+  return {};
+}
+
 }  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
   if (options.warmup > max_warmup) {
     return status{errc::invalid_argument, "--warmup: at most " + std::to_string(max_warmup)};
+  }
+  if (options.steady_repeats > max_steady_repeats) {
+    return status{errc::invalid_argument,
+                  "--steady-steps: at most " + std::to_string(max_steady_repeats)};
   }
   if (options.timeline && !trace.timed && !trace.ops.empty()) {
     return status{errc::invalid_argument,
@@ -268,6 +311,10 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
   made->reset();
+  if (options.timeline && options.steady_repeats > 0) {
+    auto s = replay_steady_state(trace, options, r.timeline.steady);
+    if (!s) return s;
+  }
 
   // Pass 2: up to the peak, then the page map and the largest live blocks.
   replay_options plain = options;

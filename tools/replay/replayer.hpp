@@ -31,6 +31,8 @@ namespace strata::replay {
 inline constexpr std::size_t max_replay_streams = 256;
 /// The most warm-up passes a replay makes.
 inline constexpr std::size_t max_warmup = 16;
+/// The most repeats of the trace's last step a timeline replay adds.
+inline constexpr std::size_t max_steady_repeats = 64;
 
 struct replay_options {
   std::string device = "sim:capacity=80GiB";
@@ -50,6 +52,11 @@ struct replay_options {
   /// in a warm process, like a profiler trace of steps after the first,
   /// replays warm that way). At most max_warmup.
   std::size_t warmup = 0;
+  /// With `timeline`: replay the trace once more followed by this many
+  /// repeats of its last step (step_cycle.hpp), and measure the last half
+  /// of them (timeline_result::steady): the steady state a job's later
+  /// steps reach. 0: off. At most max_steady_repeats.
+  std::size_t steady_repeats = 8;
 };
 
 struct replay_sample {

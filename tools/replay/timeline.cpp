@@ -47,17 +47,21 @@ result<std::string> timeline_device(const std::string& spec, double gpu_lag_ms,
 }
 
 timeline_pacer::timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms)
+    // The second half is the second half of the calls: a recording's pace
+    // varies (a snapshot taken with stack capture is slow through its first
+    // step), and training's steady state is in its later calls.
+    : timeline_pacer(dev, trace, gpu_lag_ms, trace.ops.size() / 2) {}
+
+timeline_pacer::timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms,
+                               std::size_t tail_op)
     : dev_(dev), trace_(trace), lag_ms_(gpu_lag_ms) {
   kernels_.reserve(trace.kernels.size());
   if (trace.ops.empty()) return;
   t0_ = trace.ops.front().time_ns;
   end_ns_ = trace.ops.back().time_ns;
   for (const gpu_kernel& k : trace.kernels) end_ns_ = std::max(end_ns_, k.start_ns + k.duration_ns);
-  // The second half is the second half of the calls: a recording's pace
-  // varies (a snapshot taken with stack capture is slow through its first
-  // step), and training's steady state is in its later calls.
-  half_op_ = trace.ops.size() / 2;
-  half_ns_ = trace.ops[half_op_].time_ns;
+  tail_op_ = std::min(tail_op, trace.ops.size() - 1);
+  tail_ns_ = trace.ops[tail_op_].time_ns;
 }
 
 void timeline_pacer::start() {
@@ -70,10 +74,10 @@ status timeline_pacer::advance_to(double trace_seconds) {
   return dev_.advance_modeled_clock(std::max(0.0, base_ + trace_seconds + delay_));
 }
 
-void timeline_pacer::mark_half() {
-  half_marked_ = true;
-  half_delay_ = delay_;
-  half_calls_ = memory_call_total(dev_.call_totals()).calls;
+void timeline_pacer::mark_tail() {
+  tail_marked_ = true;
+  tail_delay_ = delay_;
+  tail_calls_ = memory_call_total(dev_.call_totals()).calls;
 }
 
 status timeline_pacer::queue_until(std::int64_t ns) {
@@ -112,7 +116,7 @@ status timeline_pacer::replay_wait(const host_wait& w) {
 status timeline_pacer::before(std::size_t i) {
   const std::int64_t t = trace_.ops[i].time_ns;
   if (auto s = queue_until(t); !s) return s;
-  if (!half_marked_ && i >= half_op_) mark_half();
+  if (!tail_marked_ && i >= tail_op_) mark_tail();
   return advance_to(trace_s(t));
 }
 
@@ -127,7 +131,7 @@ result<timeline_result> timeline_pacer::finish() {
               ? "runs " + ms_text(lag_ms_) + " ms behind the host"
               : "runs the trace's " + std::to_string(trace_.kernels.size()) + " kernels";
   if (trace_.ops.empty()) return r;
-  if (!half_marked_) mark_half();
+  if (!tail_marked_) mark_tail();
   if (auto s = queue_until(INT64_MAX); !s) return s;
   double added = delay_;
   if (!trace_.kernels.empty()) {
@@ -153,13 +157,13 @@ result<timeline_result> timeline_pacer::finish() {
   }
   r.trace_ms = trace_s(end_ns_) * 1e3;
   r.added_ms = added * 1e3;
-  r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(half_ns_)) * 1e3;
+  r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(tail_ns_)) * 1e3;
   // Both delays are differences of clock readings in seconds: what is left
   // under a nanosecond (the clocks' resolution) is rounding, not delay.
-  const double second_half = added - half_delay_;
+  const double second_half = added - tail_delay_;
   r.second_half_added_ms = second_half < 1e-9 ? 0.0 : second_half * 1e3;
   r.driver_calls = all.calls - start.calls;
-  r.second_half_driver_calls = all.calls - half_calls_;
+  r.second_half_driver_calls = all.calls - tail_calls_;
   r.driver_ms = static_cast<double>(all.ns - start.ns) * 1e-6;
   return r;
 }

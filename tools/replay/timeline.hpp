@@ -52,6 +52,22 @@ struct timeline_result {
   [[nodiscard]] double second_half_added_fraction() const {
     return second_half_trace_ms > 0 ? second_half_added_ms / second_half_trace_ms : 0;
   }
+  // The steady state (replay_options::steady_repeats, step_cycle.hpp): the
+  // trace's last step repeated after it, and what the last repeats added.
+  struct steady_state {
+    bool tried = false;  // repeats were asked for
+    bool found = false;  // the trace ends in a repeated step
+    std::size_t step_ops = 0;
+    double step_ms = 0;              // its recorded span
+    std::size_t repeats = 0;         // replayed after the trace
+    std::size_t measured = 0;        // the last ones, measured
+    double measured_ms = 0;          // their recorded time
+    double added_ms = 0;             // what the allocator added over them
+    std::uint64_t driver_calls = 0;  // memory driver calls made in them
+    [[nodiscard]] double added_fraction() const {
+      return measured_ms > 0 ? added_ms / measured_ms : 0;
+    }
+  } steady;
 };
 
 /// The device spec a timeline replays on: `spec` (a sim device) made
@@ -65,8 +81,11 @@ class timeline_pacer {
  public:
   /// `dev` is the timing-only device the replay allocates on; the trace's
   /// kernels run on its default stream, in launch order (a profiler trace
-  /// with kernels on several streams is serialized onto one).
+  /// with kernels on several streams is serialized onto one). The result's
+  /// `second_half_*` fields count from op `tail_op` on (default: the
+  /// second half of the ops).
   timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms);
+  timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms, std::size_t tail_op);
 
   /// Starts the clock (after the seeds): the trace's first op is now.
   void start();
@@ -92,22 +111,22 @@ class timeline_pacer {
   // Queues the kernels launched, and replays the waits begun, up to `ns`.
   status queue_until(std::int64_t ns);
   status replay_wait(const host_wait& w);
-  void mark_half();
+  void mark_tail();
 
   device& dev_;
   const alloc_trace& trace_;
   double lag_ms_;
   std::int64_t t0_ = 0;
   std::int64_t end_ns_ = 0;   // the last op, or the last kernel's end if later
-  std::size_t half_op_ = 0;   // the first op of the second half
-  std::int64_t half_ns_ = 0;  // its recorded time
+  std::size_t tail_op_ = 0;   // the first op of the measured tail
+  std::int64_t tail_ns_ = 0;  // its recorded time
   double base_ = 0;           // the modeled time of the trace's first op
   double delay_ = 0;          // seconds the host runs behind the recording
   std::size_t next_kernel_ = 0;
   std::size_t next_wait_ = 0;
-  bool half_marked_ = false;
-  double half_delay_ = 0;
-  std::uint64_t half_calls_ = 0;
+  bool tail_marked_ = false;
+  double tail_delay_ = 0;
+  std::uint64_t tail_calls_ = 0;
   driver_call_totals start_totals_{};
   std::vector<modeled_kernel> kernels_;  // reserved up front: launched ones are pointed at
 };
