@@ -94,6 +94,38 @@ TEST(StepCycle, NoStepWhereTheEndDoesNotRepeat) {
   EXPECT_FALSE(find_last_step(t).has_value()) << "ops that differ";
 }
 
+// Finding a step costs comparisons of ops, within a budget: a trace
+// built to match at many lengths gives up instead of taking long, and a
+// step too long to repeat is said to be so.
+TEST(StepCycle, TheSearchAndTheRepeatsAreBounded) {
+  const toy_run run;
+  const alloc_trace t = toy_trace(run);
+  EXPECT_TRUE(find_last_step(t, t.ops.size() + step_length(run)).has_value());
+  EXPECT_FALSE(find_last_step(t, step_length(run)).has_value()) << "the budget is spent first";
+  // Every pair frees what it allocates, so the same (no) sizes are live
+  // after every pair, but no two pairs are alike: no step, and each length
+  // fails at its first op.
+  alloc_trace pairs;
+  pairs.timed = true;
+  for (std::uint64_t k = 0; k < 4096; ++k) {
+    const auto ns = static_cast<std::int64_t>(k);
+    pairs.ops.push_back({op_kind::alloc, 0x1000, (k + 1) * 512, 0, trace_op::no_frames, ns});
+    pairs.ops.push_back({op_kind::free, 0x1000, (k + 1) * 512, 0, trace_op::no_frames, ns});
+  }
+  EXPECT_FALSE(find_last_step(pairs).has_value());
+
+  const step_cycle small{100, 1000, 1};
+  EXPECT_EQ(repeats_within_bound(small, 8), 8U);
+  const step_cycle large{100, max_repeated_ops / 3, 1};
+  EXPECT_EQ(repeats_within_bound(large, 8), 3U);
+  const step_cycle too_long{100, max_repeated_ops + 1, 1};
+  EXPECT_EQ(repeats_within_bound(too_long, 8), 0U);
+  timeline_result::steady_state s;
+  s.tried = true;
+  s.step_ops = too_long.ops;
+  EXPECT_NE(steady_text(s).find("too long to repeat"), std::string::npos) << steady_text(s);
+}
+
 // The repeats are a valid program: every free is of a live block, of its
 // size; addresses stay unique; times move on; after each repeat the same
 // sizes are live as at the trace's end.

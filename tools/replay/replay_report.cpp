@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdio>
 
+#include "step_cycle.hpp"
 #include "strata/json_string.hpp"
 #include "strata/option_table.hpp"
 
@@ -66,6 +67,11 @@ std::string timeline_line(const timeline_result& t) {
 }
 
 std::string steady_text(const timeline_result::steady_state& s) {
+  if (!s.found && s.step_ops > 0) {
+    return "the last step (" + std::to_string(s.step_ops) +
+           " calls) is too long to repeat: the repeats may add " +
+           std::to_string(max_repeated_ops) + " calls";
+  }
   if (!s.found) return "none found: the trace does not end in a repeated step";
   return "the last step (" + std::to_string(s.step_ops) + " calls, " + fixed(s.step_ms, 1) +
          " ms) repeated " + std::to_string(s.repeats) + " times after the trace: the last " +

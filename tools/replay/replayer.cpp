@@ -202,22 +202,25 @@ class progress_bar {
   std::size_t last_ = 101;
 };
 
-// The trace, then its last step `options.steady_repeats` times more, on a
-// fresh allocator at the trace's pace: what the last half of the repeats
-// added, in `out`.
+// The trace, then its last step `options.steady_repeats` times more (fewer
+// where that would add over max_repeated_ops), on a fresh allocator at the trace's pace: what the
+// last half of the repeats added, in `out`.
 status replay_steady_state(const alloc_trace& trace, const replay_options& options,
                            timeline_result::steady_state& out) {
   out.tried = true;
   const std::optional<step_cycle> step = find_last_step(trace);
   if (!step) return {};
-  const alloc_trace longer = with_step_repeated(trace, *step, options.steady_repeats);
+  out.step_ops = step->ops;
+  const std::size_t repeats = repeats_within_bound(*step, options.steady_repeats);
+  if (repeats == 0) return {};  // a step too long to repeat
+  const alloc_trace longer = with_step_repeated(trace, *step, repeats);
   replay_options plain = options;
   plain.snapshot = false;
   auto made = make_allocator(plain, longer);
   if (!made) return made.error();
   run steady(longer, **made);
-  const std::size_t measured = (options.steady_repeats + 1) / 2;
-  const std::size_t tail_op = trace.ops.size() + (options.steady_repeats - measured) * step->ops;
+  const std::size_t measured = (repeats + 1) / 2;
+  const std::size_t tail_op = trace.ops.size() + (repeats - measured) * step->ops;
   timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
   if (auto s = steady.go(
           longer.ops.size(), false, [](std::size_t) {}, &pacer, options.warmup);
@@ -229,7 +232,7 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   out.found = true;
   out.step_ops = step->ops;
   out.step_ms = static_cast<double>(step->span_ns) * 1e-6;
-  out.repeats = options.steady_repeats;
+  out.repeats = repeats;
   out.measured = measured;
   out.measured_ms = static_cast<double>(measured) * out.step_ms;
   out.added_ms = t->second_half_added_ms;

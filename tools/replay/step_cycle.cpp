@@ -83,7 +83,7 @@ bool same_op(const trace_op& a, const trace_op& b) {
 
 }  // namespace
 
-std::optional<step_cycle> find_last_step(const alloc_trace& t) {
+std::optional<step_cycle> find_last_step(const alloc_trace& t, std::size_t budget) {
   const std::size_t n = t.ops.size();
   if (!t.timed || n < 2 * min_step_ops) return std::nullopt;
   // After each op: the hash of the live sizes, and the live bytes.
@@ -111,17 +111,25 @@ std::optional<step_cycle> find_last_step(const alloc_trace& t) {
     hash[i] = h;
     bytes[i] = b;
   }
-  const std::uint64_t peak = *std::max_element(bytes.begin(), bytes.end());
+  // The most live bytes from op i on: a window's peak is its suffix's.
+  std::vector<std::uint64_t>& suffix_peak = bytes;
+  for (std::size_t i = n - 1; i-- > 0;)
+    suffix_peak[i] = std::max(suffix_peak[i], suffix_peak[i + 1]);
   // Candidate lengths: back to an op after which the same sizes were live.
+  // A check that gets past the hash and the peak compares ops until one
+  // differs, and pairs the carried blocks in O(n) if none does: a budget
+  // keeps a trace built to match at many lengths from taking long.
   for (std::size_t len = min_step_ops; 2 * len <= n; ++len) {
-    if (hash[n - 1 - len] != hash[n - 1]) continue;
     const std::size_t first = n - len;
-    bool repeats = true;
-    for (std::size_t i = first; i < n && repeats; ++i) repeats = same_op(t.ops[i], t.ops[i - len]);
-    if (!repeats) continue;
-    if (*std::max_element(bytes.begin() + static_cast<std::ptrdiff_t>(first), bytes.end()) < peak) {
-      continue;  // a loop inside a step
+    if (hash[first - 1] != hash[n - 1] || suffix_peak[first] < suffix_peak[0]) continue;
+    std::size_t i = first;
+    for (; i < n && budget > 0 && same_op(t.ops[i], t.ops[i - len]); ++i) --budget;
+    if (i < n) {
+      if (budget == 0) return std::nullopt;
+      continue;
     }
+    if (budget < n) return std::nullopt;
+    budget -= n;
     if (!hand_over(t, first, len).ok) continue;
     const std::int64_t span = t.ops[n - 1].time_ns - t.ops[first - 1].time_ns;
     if (span <= 0) continue;
@@ -130,9 +138,25 @@ std::optional<step_cycle> find_last_step(const alloc_trace& t) {
   return std::nullopt;
 }
 
+std::size_t repeats_within_bound(const step_cycle& step, std::size_t repeats) {
+  return std::min(repeats, max_repeated_ops / std::max<std::size_t>(step.ops, 1));
+}
+
 alloc_trace with_step_repeated(const alloc_trace& t, const step_cycle& step, std::size_t repeats) {
-  alloc_trace out = t;
+  // What a replay reads, without the stack frames (a repeat is not reported
+  // block by block) or the recorded failures.
+  alloc_trace out;
+  out.source = t.source;
+  out.format = t.format;
+  out.timed = t.timed;
+  out.seeds = t.seeds;
+  out.ops = t.ops;
+  out.kernels = t.kernels;
+  out.waits = t.waits;
+  for (trace_op& op : out.seeds) op.frames = trace_op::no_frames;
+  for (trace_op& op : out.ops) op.frames = trace_op::no_frames;
   const handover h = hand_over(t, step.first_op, step.ops);
+  repeats = repeats_within_bound(step, repeats);
   if (!h.ok || repeats == 0) return out;
   std::uint64_t base = 0;
   for (const trace_op& s : t.seeds) base = std::max(base, s.addr);
@@ -165,9 +189,8 @@ alloc_trace with_step_repeated(const alloc_trace& t, const step_cycle& step, std
       } else {
         op.addr = previous[static_cast<std::size_t>(q)];
       }
+      op.frames = trace_op::no_frames;
       out.ops.push_back(op);
-      if (!t.baseline_reserved.empty())
-        out.baseline_reserved.push_back(t.baseline_reserved[step.first_op + j]);
     }
     std::swap(previous, next);
     for (const gpu_kernel& kernel : t.kernels) {

@@ -16,7 +16,8 @@
 // step's span; a profiler trace's kernels and waits in the step are
 // repeated with it.
 //
-// Cost: O(ops) with a hash per op, plus O(L) per candidate length checked.
+// Cost: O(ops) with a hash per op, plus O(ops) per candidate length that
+// gets past the hash and the peak, within max_step_search in all.
 // Thread safety: pure functions of their arguments.
 #pragma once
 
@@ -36,14 +37,25 @@ struct step_cycle {
 
 /// Steps shorter than this many ops are loops inside a step, not steps.
 inline constexpr std::size_t min_step_ops = 16;
+/// The most ops find_last_step compares before it gives up (about a
+/// tenth of a second), however the trace is built.
+inline constexpr std::size_t max_step_search = std::size_t{1} << 27;
+/// The most ops the repeats add (a few seconds of replay).
+inline constexpr std::size_t max_repeated_ops = std::size_t{1} << 22;
 
 /// The trace's last step, or nothing when its end does not repeat (a trace
-/// of one step, or one that ends in something else). Needs a timed trace.
-std::optional<step_cycle> find_last_step(const alloc_trace& trace);
+/// of one step, or one that ends in something else) or when finding it
+/// would compare more than `budget` ops. Needs a timed trace.
+std::optional<step_cycle> find_last_step(const alloc_trace& trace,
+                                         std::size_t budget = max_step_search);
 
-/// `trace` followed by `repeats` more copies of `step` (found by
-/// find_last_step on it). The recorded allocator's failures are not
-/// repeated; its reserved bytes are, step by step.
+/// `repeats`, or fewer where that many copies of `step` would add more
+/// than max_repeated_ops (0 for a step longer than that).
+std::size_t repeats_within_bound(const step_cycle& step, std::size_t repeats);
+
+/// `trace` followed by repeats_within_bound(step, repeats) more copies of
+/// `step` (found by find_last_step on it): what a replay reads, without
+/// stack frames, the recorded allocator's failures or its reserved bytes.
 alloc_trace with_step_repeated(const alloc_trace& trace, const step_cycle& step,
                                std::size_t repeats);
 

@@ -55,9 +55,9 @@ struct timeline_result {
   // The steady state (replay_options::steady_repeats, step_cycle.hpp): the
   // trace's last step repeated after it, and what the last repeats added.
   struct steady_state {
-    bool tried = false;  // repeats were asked for
-    bool found = false;  // the trace ends in a repeated step
-    std::size_t step_ops = 0;
+    bool tried = false;              // repeats were asked for
+    bool found = false;              // the trace ends in a repeated step, and it was repeated
+    std::size_t step_ops = 0;        // the step's calls (found, or too long to repeat)
     double step_ms = 0;              // its recorded span
     std::size_t repeats = 0;         // replayed after the trace
     std::size_t measured = 0;        // the last ones, measured
