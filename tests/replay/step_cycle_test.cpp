@@ -181,10 +181,17 @@ TEST(StepCycle, ATimelineReportsTheSteadyState) {
   EXPECT_EQ(s.driver_calls, 0U) << "the cache serves a repeated step";
   // What is left is the events recorded on frees (1.7 us each in training).
   EXPECT_LT(s.added_fraction(), 0.01) << steady_text(s);
+  EXPECT_GT(s.peak_live, 0U);
+  EXPECT_GE(s.peak_reserved, s.peak_live);
+  EXPECT_NE(steady_text(s).find("x live"), std::string::npos) << steady_text(s);
   const std::string text = report_text(t, *r);
   EXPECT_NE(text.find("timeline: steady state"), std::string::npos) << text;
   EXPECT_NE(text.find(steady_text(s)), std::string::npos) << text;
-  EXPECT_NE(report_json(t, *r).find(R"("steady":{"step_calls":)"), std::string::npos);
+  const std::string json = report_json(t, *r);
+  for (const char* key : {R"("steady":{"step_calls":)", R"("measured_repeats":3)",
+                          R"("peak_reserved_bytes":)", R"("peak_live_bytes":)"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
+  }
 
   o.steady_repeats = 0;
   r = replay(t, o);
@@ -200,7 +207,8 @@ TEST(StepCycle, ATimelineReportsTheSteadyState) {
 // The H100 recordings hold a few steps each (GPT-2 six, Qwen2.5 four, the
 // profiler trace two); a job runs thousands. Once the layout has settled,
 // a step makes no driver call and adds under 1%: what is left is an event
-// per free (bench/RESULTS.md, "The steady state").
+// per free (bench/RESULTS.md, "The steady state"); the reserve stays
+// within 1.01 x live.
 TEST(StepCycle, TheH100RecordingsSettleToNoDriverCall) {
   const std::string h100 = std::string(STRATA_SOURCE_DIR) + "/bench/traces/h100/";
   struct recording {
@@ -221,6 +229,8 @@ TEST(StepCycle, TheH100RecordingsSettleToNoDriverCall) {
     EXPECT_EQ(s.step_ops, c.step_calls) << c.name;
     EXPECT_EQ(s.driver_calls, 0U) << c.name << ": " << steady_text(s);
     EXPECT_LT(s.added_fraction(), 0.01) << c.name << ": " << steady_text(s);
+    EXPECT_LE(static_cast<double>(s.peak_reserved), 1.01 * static_cast<double>(s.peak_live))
+        << c.name << ": " << steady_text(s);
   }
 }
 

@@ -222,8 +222,11 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   const std::size_t measured = (repeats + 1) / 2;
   const std::size_t tail_op = trace.ops.size() + (repeats - measured) * step->ops;
   timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
+  std::uint64_t peak_live = 0;
   if (auto s = steady.go(
-          longer.ops.size(), false, [](std::size_t) {}, &pacer, options.warmup);
+          longer.ops.size(), false,
+          [&](std::size_t) { peak_live = std::max(peak_live, steady.live_bytes); }, &pacer,
+          options.warmup);
       !s) {
     return s;
   }
@@ -237,6 +240,8 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   out.measured_ms = static_cast<double>(measured) * out.step_ms;
   out.added_ms = t->second_half_added_ms;
   out.driver_calls = t->second_half_driver_calls;
+  out.peak_live = peak_live;
+  out.peak_reserved = static_cast<std::uint64_t>((*made)->counters().reserved_bytes[pool_all].peak);
   return {};
 }
 

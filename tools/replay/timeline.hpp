@@ -55,15 +55,17 @@ struct timeline_result {
   // The steady state (replay_options::steady_repeats, step_cycle.hpp): the
   // trace's last step repeated after it, and what the last repeats added.
   struct steady_state {
-    bool tried = false;              // repeats were asked for
-    bool found = false;              // the trace ends in a repeated step, and it was repeated
-    std::size_t step_ops = 0;        // the step's calls (found, or too long to repeat)
-    double step_ms = 0;              // its recorded span
-    std::size_t repeats = 0;         // replayed after the trace
-    std::size_t measured = 0;        // the last ones, measured
-    double measured_ms = 0;          // their recorded time
-    double added_ms = 0;             // what the allocator added over them
-    std::uint64_t driver_calls = 0;  // memory driver calls made in them
+    bool tried = false;               // repeats were asked for
+    bool found = false;               // the trace ends in a repeated step, and it was repeated
+    std::size_t step_ops = 0;         // the step's calls (found, or too long to repeat)
+    double step_ms = 0;               // its recorded span
+    std::size_t repeats = 0;          // replayed after the trace
+    std::size_t measured = 0;         // the last ones, measured
+    double measured_ms = 0;           // their recorded time
+    double added_ms = 0;              // what the allocator added over them
+    std::uint64_t driver_calls = 0;   // memory driver calls made in them
+    std::uint64_t peak_live = 0;      // over the trace and the repeats (bytes)
+    std::uint64_t peak_reserved = 0;  // Strata's, over the same
     [[nodiscard]] double added_fraction() const {
       return measured_ms > 0 ? added_ms / measured_ms : 0;
     }
