@@ -203,8 +203,8 @@ class progress_bar {
 };
 
 // The trace, then its last step `options.steady_repeats` times more (fewer
-// where that would add over max_repeated_ops), on a fresh allocator at the trace's pace: what the
-// last half of the repeats added, in `out`.
+// where that would add over max_repeated_ops), on a fresh allocator at the
+// trace's pace: what the last half of the repeats added, in `out`.
 status replay_steady_state(const alloc_trace& trace, const replay_options& options,
                            timeline_result::steady_state& out) {
   out.tried = true;
@@ -233,7 +233,6 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   auto t = pacer.finish();
   if (!t) return status{t.error().code(), trace.source + ": " + t.error().message()};
   out.found = true;
-  out.step_ops = step->ops;
   out.step_ms = static_cast<double>(step->span_ns) * 1e-6;
   out.repeats = repeats;
   out.measured = measured;
