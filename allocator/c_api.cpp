@@ -102,9 +102,7 @@ const char* strata_last_error_message(void) {
 
 strata_status strata_allocator_create(const char* conf, strata_allocator** out) {
   if (out == nullptr) return strata::c_api::null_output();
-  auto parsed = strata::c_api::conf_of(conf);
-  if (!parsed) return fail(parsed.error());
-  auto options = strata::allocator_options_from(*parsed);
+  auto options = strata::c_api::section_of(conf, strata::allocator_options_from);
   if (!options) return fail(options.error());
   auto made = strata::caching_allocator::create(*options);
   if (!made) return fail(made.error());

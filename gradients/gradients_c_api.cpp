@@ -35,9 +35,7 @@ strata::result<std::unique_ptr<strata::gradient_buckets>> make(strata::communica
     if (!t) return t.error();
     ps.push_back({params[p].count, *t});
   }
-  auto parsed = strata::c_api::conf_of(conf);
-  if (!parsed) return parsed.error();
-  auto options = strata::bucket_options_from(*parsed);
+  auto options = strata::c_api::section_of(conf, strata::bucket_options_from);
   if (!options) return options.error();
   return strata::gradient_buckets::create(comm, ps, strata::stream_handle{comm_stream}, *options);
 }

@@ -84,8 +84,12 @@ allocator* device_allocators::create(int index) {
   if (allocator* a = slot.load(std::memory_order_acquire)) return a;
   if (!configured_) {
     auto conf = conf_text::from_env();
-    auto parsed = conf ? allocator_options_from(*conf) : result<allocator_options>(conf.error());
-    auto own = conf ? integration_options_from(*conf) : result<integration_options>(conf.error());
+    if (!conf) {
+      turn_off(conf.error().message());
+      return nullptr;
+    }
+    auto parsed = allocator_options_from(*conf);
+    auto own = integration_options_from(*conf);
     if (!parsed || !own) {
       turn_off(parsed ? own.error().message() : parsed.error().message());
       return nullptr;

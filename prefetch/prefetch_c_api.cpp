@@ -41,9 +41,7 @@ strata_status strata_prefetcher_create(strata_residency* residency, const char* 
                                                     ? "null residency manager handle"
                                                     : "the residency manager was destroyed");
   }
-  auto parsed = strata::c_api::conf_of(conf);
-  auto options = parsed ? strata::prefetch_options_from(*parsed)
-                        : strata::result<strata::prefetch_options>(parsed.error());
+  auto options = strata::c_api::section_of(conf, strata::prefetch_options_from);
   auto made = options ? strata::prefetcher::create(*buffers, *options)
                       : strata::result<std::unique_ptr<strata::prefetcher>>(options.error());
   if (!made) {

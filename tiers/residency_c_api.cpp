@@ -61,9 +61,7 @@ strata_status strata_residency_create(strata_allocator* allocator, const char* c
     return fail(strata::errc::invalid_argument,
                 allocator == nullptr ? "null allocator handle" : "the allocator was destroyed");
   }
-  auto parsed = strata::c_api::conf_of(conf);
-  auto options = parsed ? strata::tier_options_from(*parsed)
-                        : strata::result<strata::tier_options>(parsed.error());
+  auto options = strata::c_api::section_of(conf, strata::tier_options_from);
   auto made = options ? strata::residency_manager::create(*device, *options)
                       : strata::result<std::unique_ptr<strata::residency_manager>>(options.error());
   if (!made) {

@@ -8,7 +8,7 @@
 // C API here writes a handle the same way: new_handle() to create,
 // borrow_from()/give_back_to() for a handle built over another (counted, so
 // the other's destroy refuses while users_of() it remain), take_object() to
-// destroy, conf_of() for a create call's `conf`.
+// destroy, conf_of() and section_of() for a create call's `conf`.
 //
 // Thread safety: every function may be called from any thread; the last
 // error is per thread.
@@ -133,6 +133,16 @@ STRATA_API strata_status copy_out(const stat_map& counters, char** out);
 /// (allocator_options_from, tier_options_from, ...). Errors:
 /// conf_text::parse's, invalid_argument naming the key.
 STRATA_API result<conf_text> conf_of(const char* conf);
+
+/// A layer's section of a create call's `conf`: conf_of(), then `from`
+/// (allocator_options_from, tier_options_from, ...) over the section's
+/// defaults. Errors: either's.
+template <class Config>
+result<Config> section_of(const char* conf, result<Config> (*from)(const conf_text&, Config)) {
+  auto parsed = conf_of(conf);
+  if (!parsed) return parsed.error();
+  return from(*parsed, Config{});
+}
 
 /// The C++ allocator behind `handle`, counted as in use until give_back():
 /// strata_allocator_destroy fails with invalid_argument while a use is
