@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 
 #include <sys/stat.h>
@@ -380,25 +381,88 @@ TEST(PlanCalibration, PyTorchAllocatorModelsMatchTheSnapshots) {
   }
 }
 
-// The plan's PyTorch figures are lower bounds: never above what the
-// calibration runs reserved, never below the tensors' own peak.
-TEST(PlanCalibration, PyTorchFiguresAreLowerBounds) {
+// The plan's PyTorch figures against what the calibration runs reserved
+// (train.py's loop, which holds each step's logits in `out` into the next
+// step's loss): within 10% without checkpointing, default allocator and
+// expandable segments alike. The checkpointed run's default figure is
+// 15% over the 8.35 GiB measured (docs/plan.md says why it is open):
+// bounded here so that it cannot drift further unseen.
+TEST(PlanCalibration, PyTorchFiguresMatchTheH100Runs) {
+  struct run {
+    const char* model;
+    std::uint64_t batch;
+    std::uint64_t seq;
+    bool checkpointing;
+    double native_gib;
+    double expandable_gib;  // 0: not measured
+    double tolerance;
+  };
+  for (const run& r : {run{"gpt2", 8, 1024, false, 15.77, 14.68, 0.10},
+                       run{"qwen2.5-0.5b", 4, 2048, false, 40.96, 40.07, 0.10},
+                       run{"gpt2", 8, 1024, true, 8.35, 0, 0.16}}) {
+    plan_setup s = preset(r.model);
+    s.dtype = precision::amp;
+    s.micro_batch = r.batch;
+    s.seq = r.seq;
+    s.checkpointing = r.checkpointing;
+    auto p = make_plan(s);
+    ASSERT_TRUE(p.ok()) << p.error().to_string();
+    const std::string what = std::string(r.model) + (r.checkpointing ? " checkpointed" : "");
+    const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1ULL << 30); };
+    EXPECT_NEAR(gib(p->pytorch.native), r.native_gib, r.tolerance * r.native_gib) << what;
+    if (r.expandable_gib > 0) {
+      EXPECT_NEAR(gib(p->pytorch.expandable), r.expandable_gib, r.tolerance * r.expandable_gib)
+          << what;
+    }
+    EXPECT_GE(p->pytorch.native, p->memory.peak_tensors) << what;
+    EXPECT_GE(p->pytorch.expandable, p->memory.peak_tensors) << what;
+    const std::string json = plan_json(*p, {});
+    EXPECT_NE(json.find("\"peak_reserved_pytorch_bytes\""), std::string::npos);
+    EXPECT_NE(json.find("\"peak_reserved_expandable_bytes\""), std::string::npos);
+    EXPECT_NE(json.find("\"peak_tensor_bytes\""), std::string::npos);
+  }
+}
+
+// A training loop's `out` holds a step's logits into the next step: in
+// the plain PyTorch schedule the first step's logits outlive its backward
+// and are freed in the second step's loss, once that step's logits and
+// fp32 copy are made and the copy freed.
+TEST(PlanSchedule, TheLoopHoldsEachStepsLogitsIntoTheNextLoss) {
   plan_setup s = preset("gpt2");
   s.dtype = precision::amp;
-  s.micro_batch = 8;
-  s.seq = 1024;
-  auto p = make_plan(s);
-  ASSERT_TRUE(p.ok()) << p.error().to_string();
-  const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / (1ULL << 30); };
-  EXPECT_LE(gib(p->pytorch.native), 15.77);
-  EXPECT_LE(gib(p->pytorch.expandable), 14.68);
-  EXPECT_GE(p->pytorch.native, p->memory.peak_tensors);
-  EXPECT_GE(p->pytorch.expandable, p->memory.peak_tensors);
-  EXPECT_GE(gib(p->pytorch.native), 0.85 * 15.77) << "within 15% for now (docs/plan.md)";
-  const std::string json = plan_json(*p, {});
-  EXPECT_NE(json.find("\"peak_reserved_pytorch_bytes\""), std::string::npos);
-  EXPECT_NE(json.find("\"peak_reserved_expandable_bytes\""), std::string::npos);
-  EXPECT_NE(json.find("\"peak_tensor_bytes\""), std::string::npos);
+  s.micro_batch = 2;
+  s.seq = 256;
+  const step_schedule sched = make_step_schedule(s);
+  const std::uint64_t logits_bytes = 2 * s.micro_batch * s.seq * s.model.vocab;
+  const std::uint64_t fp32_bytes = 2 * logits_bytes;
+  std::vector<std::uint64_t> size(sched.tensors, 0);
+  int losses = 0;  // "forward, logits and loss" phases entered
+  bool in_loss = false;
+  std::optional<std::uint32_t> first;  // the first step's logits
+  int second_logits = 0;               // logits made in the second loss before the free
+  int second_copies_freed = 0;         // fp32 blocks freed there before it
+  bool freed_in_second_loss = false;
+  for (const step_event& e : sched.events) {
+    if (e.what == step_event::kind::phase) {
+      in_loss = sched.phases[e.id] == "forward, logits and loss";
+      if (in_loss) ++losses;
+    } else if (e.what == step_event::kind::alloc) {
+      size[e.id] = e.bytes;
+      if (in_loss && e.bytes == logits_bytes) {
+        if (losses == 1 && !first) first = e.id;
+        if (losses == 2) ++second_logits;
+      }
+    } else if (first && e.id == *first) {
+      freed_in_second_loss = in_loss && losses == 2;
+      break;
+    } else if (in_loss && losses == 2 && size[e.id] == fp32_bytes) {
+      ++second_copies_freed;
+    }
+  }
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(freed_in_second_loss);
+  EXPECT_EQ(second_logits, 1);
+  EXPECT_EQ(second_copies_freed, 1);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
   std::vector<layer_op> out;
   const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
   const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
+  const auto cast = [&](std::uint64_t bytes) { out.push_back({bytes, true, true}); };
   const auto attention = [&] {
     if (s.flash_attention) {
       keep(2 * t * h);        // output, the o projection's input
@@ -43,7 +44,7 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     // ones passing).
     pass(4 * t * h);                                   // ln_1's output
     keep(8 * t);                                       // its mean and rstd
-    keep(2 * h * (h + 2 * kv) + bias * (h + 2 * kv));  // c_attn's weight cast
+    cast(2 * h * (h + 2 * kv) + bias * (h + 2 * kv));  // c_attn's weight cast
     keep(2 * t * h);                                   // its input cast
     keep(2 * t * (h + 2 * kv));                        // Q, K, V
     if (cache) {
@@ -51,14 +52,14 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
       keep(2 * t * kv);  // and V
     }
     attention();
-    keep(2 * h * h + bias * h);  // c_proj's weight cast
+    cast(2 * h * h + bias * h);  // c_proj's weight cast
     pass(2 * t * h);             // its output
     keep(t * h);                 // attention dropout mask
     pass(2 * t * h);             // the dropped output
     keep(4 * t * h);             // residual, fp32
     pass(4 * t * h);             // ln_2's output
     keep(8 * t);                 // its mean and rstd
-    keep(2 * h * f + bias * f);  // c_fc's weight cast
+    cast(2 * h * f + bias * f);  // c_fc's weight cast
     keep(2 * t * h);             // its input cast
     pass(2 * t * f);             // its output
     keep(2 * t * f);             // the GeLU: 0.5 x, bf16
@@ -69,7 +70,7 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     keep(4 * t * f);  // tanh's input and output, fp32
     keep(4 * t * f);
     pass(4 * t * f);
-    keep(2 * f * h + bias * h);  // c_proj's weight cast
+    cast(2 * f * h + bias * h);  // c_proj's weight cast
     keep(2 * t * f);             // its input cast
     pass(2 * t * h);             // its output
     keep(t * h);                 // MLP dropout mask
@@ -83,13 +84,13 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     pass(4 * t * h);                   // the input norm's square
     keep(4 * t);                       // its rstd
     keep(4 * t * h);                   // its output, fp32
-    keep(2 * h * h + qkv_bias * h);    // Q projection's weight cast
+    cast(2 * h * h + qkv_bias * h);    // Q projection's weight cast
     keep(2 * t * h);                   // its input cast
     pass(2 * t * h);                   // Q
-    keep(2 * h * kv + qkv_bias * kv);  // K projection's weight cast
+    cast(2 * h * kv + qkv_bias * kv);  // K projection's weight cast
     keep(2 * t * h);                   // its input cast
     pass(2 * t * kv);                  // K
-    keep(2 * h * kv + qkv_bias * kv);  // V projection's weight cast
+    cast(2 * h * kv + qkv_bias * kv);  // V projection's weight cast
     keep(2 * t * h);                   // its input cast
     pass(2 * t * kv);                  // V
     pass(4 * t * h);                   // Q after rotary, fp32
@@ -103,21 +104,21 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     keep(2 * t * kv);  // K
     keep(2 * t * kv);  // V
     attention();
-    keep(2 * h * h);  // o projection's weight cast
+    cast(2 * h * h);  // o projection's weight cast
     pass(2 * t * h);  // its output
     keep(4 * t * h);  // residual, fp32
     pass(4 * t * h);  // the post-attention norm's square
     keep(4 * t);      // its rstd
     keep(4 * t * h);  // its output, fp32
-    keep(2 * h * f);  // gate's weight cast
+    cast(2 * h * f);  // gate's weight cast
     keep(2 * t * h);  // its input cast
     keep(2 * t * f);  // gate
     keep(2 * t * f);  // SiLU
-    keep(2 * h * f);  // up's weight cast
+    cast(2 * h * f);  // up's weight cast
     keep(2 * t * h);  // its input cast
     keep(2 * t * f);  // up
     keep(2 * t * f);  // their product
-    keep(2 * f * h);  // down's weight cast
+    cast(2 * f * h);  // down's weight cast
     pass(2 * t * h);  // its output
     keep(4 * t * h);  // residual, fp32
   }

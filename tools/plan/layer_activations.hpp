@@ -29,10 +29,13 @@ namespace strata::plan {
 /// The bytes of each tensor a layer saves (no checkpointing).
 std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s);
 /// A tensor a layer's forward makes: kept for backward, or passing (freed
-/// once the next tensor is made).
+/// once the next tensor is made); `weight_cast` marks a weight's bf16 cast
+/// under amp, which autocast's cache holds until autocast exits even where
+/// nothing is kept (a checkpointed forward).
 struct layer_op {
   std::uint64_t bytes;
   bool kept;
+  bool weight_cast = false;
 };
 /// The layer's forward tensors in order: under amp those kept and those
 /// passing, as PyTorch makes them; otherwise the kept ones.

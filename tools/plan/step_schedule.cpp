@@ -70,6 +70,15 @@ class layer_gathers {
   std::uint32_t next_ = 0;
 };
 
+// The logits a training loop keeps: `out = model(...)` (the calibration
+// runs, bench/torch_train.py) holds each micro-batch's until the next
+// one's loss is made, so they are live through its forward (both H100
+// snapshots show it); the hole they leave shapes PyTorch's layout.
+struct held_logits {
+  bool hold = false;                // plain PyTorch: the loop's `out` keeps them
+  std::optional<std::uint32_t> id;  // the previous micro-batch's, while held
+};
+
 std::string micro_label(const plan_setup& s, std::uint64_t micro) {
   return s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
 }
@@ -112,7 +121,7 @@ layer_plan plan_layer(const plan_setup& s) {
 
 void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits,
-             std::vector<std::uint32_t>& head) {
+             std::vector<std::uint32_t>& head, held_logits& held) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
@@ -121,6 +130,10 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
   layer_gathers gathers(b, p.gathered);
   if (p.outer_gathered > 0) b.free(outer);
+  // With checkpointing the forward keeps nothing for backward (each tensor
+  // goes at its last use), but autocast's cache holds the weights' casts
+  // until the loss is made and autocast exits.
+  std::vector<std::uint32_t> casts;
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l + 1 < layers);
@@ -131,19 +144,19 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
       const std::uint32_t id = b.alloc(category::activations, op.bytes);
       if (passing) b.free(*passing);
       passing.reset();
-      if (op.kept) {
+      if (s.checkpointing && op.weight_cast) {
+        casts.push_back(id);
+      } else if (op.kept && !s.checkpointing) {
         ids.push_back(id);
       } else {
         passing = id;
       }
     }
-    if (passing) b.free(*passing);
     if (s.checkpointing) {
       // Only the input stays; the rest is recomputed in backward.
-      const std::uint32_t keep = b.alloc(category::activations, p.checkpoint);
-      for (const std::uint32_t id : ids) b.free(id);
-      ids = {keep};
+      ids = {b.alloc(category::activations, p.checkpoint)};
     }
+    if (passing) b.free(*passing);
     saved.push_back(std::move(ids));
     gathers.end(mine);
   }
@@ -170,12 +183,25 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     const std::uint32_t upcast = b.alloc(category::activations, tv * 4);  // fp32 for the loss
     b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
   }
+  // `out` now takes this micro-batch's outputs; autocast exits.
+  if (held.id) b.free(*held.id);
+  held.id.reset();
+  for (const std::uint32_t id : casts) b.free(id);
   if (p.outer_gathered > 0) b.free(outer);
+}
+
+void release_logits(builder& b, held_logits& held, std::uint32_t logits) {
+  if (held.hold) {
+    held.id = logits;
+  } else {
+    b.free(logits);
+  }
 }
 
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
               std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
-              const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads) {
+              const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads,
+              held_logits& held) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
@@ -200,11 +226,11 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
       }
     }
     b.free(dlogits);
-    b.free(logits);
+    release_logits(b, held, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
     const std::uint32_t dlogits = b.alloc(category::activations, tv * 4);
-    b.free(logits);
+    release_logits(b, held, logits);
     dhidden = b.alloc(category::activations,
                       (s.dtype == precision::fp32 ? 4 : 2) * tokens * s.model.hidden);
     b.free(dlogits);
@@ -242,14 +268,32 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
 // Forward and backward of each micro-batch (at most two: later ones repeat
 // the second); gradients made in backward are added to `made_grads`.
 void micro_batches(builder& b, const plan_setup& s, const layer_plan& p,
-                   std::vector<std::uint32_t>& made_grads) {
+                   std::vector<std::uint32_t>& made_grads, held_logits& held) {
   for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
     std::vector<std::vector<std::uint32_t>> saved;
     std::uint32_t logits = 0;
     std::vector<std::uint32_t> head;
-    forward(b, s, p, micro, saved, logits, head);
-    backward(b, s, p, micro, saved, logits, head, made_grads);
+    forward(b, s, p, micro, saved, logits, head, held);
+    backward(b, s, p, micro, saved, logits, head, made_grads, held);
   }
+}
+
+// AdamW goes through the parameters in their order (the embedding's, then
+// layer 0's and on) where backward made their gradients the other way:
+// the outer ones at the loss, then the layers' from the last.
+std::vector<std::uint32_t> parameter_order(const std::vector<std::uint32_t>& grads,
+                                           const layer_plan& p) {
+  const std::size_t outer = std::min(p.outer_grads_made.size(), grads.size());
+  const std::size_t per_layer = p.layer_grads_made.size();
+  std::vector<std::uint32_t> out(grads.begin(), grads.begin() + static_cast<std::ptrdiff_t>(outer));
+  std::size_t end = grads.size();
+  for (; per_layer > 0 && end >= outer + per_layer; end -= per_layer) {
+    out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(end - per_layer),
+               grads.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  out.insert(out.end(), grads.begin() + static_cast<std::ptrdiff_t>(outer),
+             grads.begin() + static_cast<std::ptrdiff_t>(end));
+  return out;
 }
 
 // Plain PyTorch on one GPU (gradients_made_in_backward): the parameters
@@ -268,12 +312,14 @@ step_schedule plain_pytorch_steps(const plan_setup& s) {
   }
   for (const std::uint64_t n : outer_param_tensors(s.model)) b.alloc(category::parameters, n * w);
   const layer_plan p = plan_layer(s);
+  held_logits held{.hold = true, .id = std::nullopt};
   for (int step = 0; step < 2; ++step) {
     std::vector<std::uint32_t> grads;
-    micro_batches(b, s, p, grads);
+    micro_batches(b, s, p, grads, held);
     b.phase(step == 0 ? "optimizer step (Adam's state made)" : "optimizer step");
+    const std::vector<std::uint32_t> ordered = parameter_order(grads, p);
     if (step == 0) {
-      for (const std::uint32_t g : grads) {
+      for (const std::uint32_t g : ordered) {
         const std::uint64_t bytes = b.bytes_of(g);
         b.alloc(category::optimizer_state, bytes);  // exp_avg
         b.alloc(category::optimizer_state, bytes);  // exp_avg_sq
@@ -282,8 +328,8 @@ step_schedule plain_pytorch_steps(const plan_setup& s) {
     // AdamW's foreach update: sqrt(exp_avg_sq) for every parameter at
     // once, then the update; the square roots go at the end.
     std::vector<std::uint32_t> roots;
-    roots.reserve(grads.size());
-    for (const std::uint32_t g : grads)
+    roots.reserve(ordered.size());
+    for (const std::uint32_t g : ordered)
       roots.push_back(b.alloc(category::optimizer_state, b.bytes_of(g)));
     for (const std::uint32_t r : roots) b.free(r);
     for (const std::uint32_t g : grads) b.free(g);  // zero_grad(set_to_none=True)
@@ -306,7 +352,8 @@ step_schedule make_step_schedule(const plan_setup& s) {
     buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
   }
   std::vector<std::uint32_t> made_grads;
-  micro_batches(b, s, p, made_grads);
+  held_logits held;  // DeepSpeed's and FSDP's loops: no calibration run says what they hold
+  micro_batches(b, s, p, made_grads, held);
   b.phase("optimizer step");
   for (const std::uint32_t id : buckets) b.free(id);
   for (const std::uint32_t id : made_grads) b.free(id);  // the next step's zero_grad
