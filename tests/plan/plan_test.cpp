@@ -273,6 +273,17 @@ TEST(PlanSetup, BadInputIsAClearError) {
   EXPECT_EQ(make_plan(s).code(), errc::invalid_argument);
 }
 
+// One of the H100 calibration runs (../shared/calibration): amp, sdpa.
+plan_setup calibration_run(const char* model, std::uint64_t batch, std::uint64_t seq,
+                           bool checkpointing) {
+  plan_setup s = preset(model);
+  s.dtype = precision::amp;
+  s.micro_batch = batch;
+  s.seq = seq;
+  s.checkpointing = checkpointing;
+  return s;
+}
+
 // The calibration runs (../shared/calibration/README.md, H100, PyTorch 2.11,
 // transformers 5.17, autocast bf16 over fp32 weights, AdamW, sdpa):
 // max_memory_allocated 13.45 GiB for GPT-2 at 8 x 1024 tokens, 7.22 GiB with
@@ -288,11 +299,7 @@ TEST(PlanCalibration, AmpPeaksMatchTheH100Runs) {
   };
   for (const run& r : {run{"gpt2", 8, 1024, false, 13.45}, run{"gpt2", 8, 1024, true, 7.22},
                        run{"qwen2.5-0.5b", 4, 2048, false, 35.16}}) {
-    plan_setup s = preset(r.model);
-    s.dtype = precision::amp;
-    s.micro_batch = r.batch;
-    s.seq = r.seq;
-    s.checkpointing = r.checkpointing;
+    const plan_setup s = calibration_run(r.model, r.batch, r.seq, r.checkpointing);
     auto m = run_step(s, make_step_schedule(s));
     ASSERT_TRUE(m.ok()) << m.error().to_string();
     ASSERT_TRUE(m->fits) << r.model;
@@ -319,11 +326,7 @@ TEST(PlanCalibration, StepTimesFromTheH100PresetMatchTheRuns) {
   };
   for (const run& r : {run{"gpt2", 8, 1024, false, 71, 79}, run{"gpt2", 8, 1024, true, 85, 95},
                        run{"qwen2.5-0.5b", 4, 2048, false, 150, 210}}) {
-    plan_setup s = preset(r.model);
-    s.dtype = precision::amp;
-    s.micro_batch = r.batch;
-    s.seq = r.seq;
-    s.checkpointing = r.checkpointing;
+    const plan_setup s = calibration_run(r.model, r.batch, r.seq, r.checkpointing);
     auto t = simulate_step_time(s);
     ASSERT_TRUE(t.ok()) << t.error().to_string();
     const double ms = t->total() * 1e3;
@@ -400,11 +403,7 @@ TEST(PlanCalibration, PyTorchFiguresMatchTheH100Runs) {
   for (const run& r : {run{"gpt2", 8, 1024, false, 15.77, 14.68, 0.10},
                        run{"qwen2.5-0.5b", 4, 2048, false, 40.96, 40.07, 0.10},
                        run{"gpt2", 8, 1024, true, 8.35, 0, 0.16}}) {
-    plan_setup s = preset(r.model);
-    s.dtype = precision::amp;
-    s.micro_batch = r.batch;
-    s.seq = r.seq;
-    s.checkpointing = r.checkpointing;
+    const plan_setup s = calibration_run(r.model, r.batch, r.seq, r.checkpointing);
     auto p = make_plan(s);
     ASSERT_TRUE(p.ok()) << p.error().to_string();
     const std::string what = std::string(r.model) + (r.checkpointing ? " checkpointed" : "");
