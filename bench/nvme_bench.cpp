@@ -2,8 +2,11 @@
 // through the store, and the same through fio with the same block size,
 // queue depth, io_uring and O_DIRECT on the same directory. A virtual disk
 // runs whichever comes second faster or slower, so the two alternate order
-// over R repetitions (default 3) and the medians are compared. The last
-// line is `nvme vs fio: read R, write W` (store / fio, medians).
+// over R repetitions (default 3) and the medians are compared. The store's
+// rows also give the host CPU time it spent per GiB (all its threads:
+// submitting, reaping, bounce-buffer copies, checksums), which the disk's
+// noise does not move. The last line is `nvme vs fio: read R, write W`
+// (store / fio, medians).
 //
 //   nvme_bench [--dir D] [--bytes 4GiB] [--block-size 1MiB] [--queue-depth 32]
 //              [--repetitions 3]
@@ -12,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +29,13 @@ using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// The process's CPU time so far (every thread), in seconds.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 double median(std::vector<double> v) {
@@ -54,6 +65,9 @@ struct run {
   double write = 0;  // bytes/s
   double verify = 0;
   double read = 0;
+  double write_cpu = 0;  // CPU seconds per byte
+  double verify_cpu = 0;
+  double read_cpu = 0;
 };
 
 // Writes `count` extents of `extent` bytes through a fresh store, verifies
@@ -67,7 +81,9 @@ bool store_run(const strata::tier_options& o, const unsigned char* src, unsigned
     return false;
   }
   std::vector<std::uint64_t> ids;
+  const auto bytes = static_cast<double>(count * extent);
   auto t0 = clock_type::now();
+  double c0 = cpu_seconds();
   for (std::size_t i = 0; i < count; ++i) {
     auto id = (*store)->write(src, extent);
     if (!id) {
@@ -76,23 +92,28 @@ bool store_run(const strata::tier_options& o, const unsigned char* src, unsigned
     }
     ids.push_back(*id);
   }
-  r.write = static_cast<double>(count * extent) / seconds_since(t0);
+  r.write = bytes / seconds_since(t0);
+  r.write_cpu = (cpu_seconds() - c0) / bytes;
   t0 = clock_type::now();
+  c0 = cpu_seconds();
   for (const std::uint64_t id : ids) {
     if (auto s = (*store)->verify(id); !s) {
       std::fprintf(stderr, "nvme_bench: verify: %s\n", s.to_string().c_str());
       return false;
     }
   }
-  r.verify = static_cast<double>(count * extent) / seconds_since(t0);
+  r.verify = bytes / seconds_since(t0);
+  r.verify_cpu = (cpu_seconds() - c0) / bytes;
   t0 = clock_type::now();
+  c0 = cpu_seconds();
   for (const std::uint64_t id : ids) {
     if (auto s = (*store)->read(id, dst, extent); !s) {
       std::fprintf(stderr, "nvme_bench: read: %s\n", s.to_string().c_str());
       return false;
     }
   }
-  r.read = static_cast<double>(count * extent) / seconds_since(t0);
+  r.read = bytes / seconds_since(t0);
+  r.read_cpu = (cpu_seconds() - c0) / bytes;
   if (std::memcmp(src, dst, extent) != 0) {
     std::fprintf(stderr, "nvme_bench: the bytes read back differ\n");
     return false;
@@ -146,6 +167,9 @@ int main(int argc, char** argv) {
   std::vector<double> sr;
   std::vector<double> fw;
   std::vector<double> fr;
+  std::vector<double> cw;  // the store's CPU seconds per byte: write, verify, read
+  std::vector<double> cv;
+  std::vector<double> cr;
   for (int rep = 0; rep < repetitions; ++rep) {
     run store{};
     run fio{};
@@ -166,6 +190,9 @@ int main(int argc, char** argv) {
     sr.push_back(store.read);
     fw.push_back(fio.write);
     fr.push_back(fio.read);
+    cw.push_back(store.write_cpu);
+    cv.push_back(store.verify_cpu);
+    cr.push_back(store.read_cpu);
   }
   std::free(src);
   std::free(dst);
@@ -176,13 +203,15 @@ int main(int argc, char** argv) {
       o.nvme_dir.c_str(), static_cast<double>(count * extent) / gib,
       static_cast<unsigned long long>(o.nvme_block_size),
       static_cast<unsigned long long>(o.nvme_queue_depth), repetitions);
-  std::printf("%-8s %12s %12s %8s\n", "", "store GiB/s", "fio GiB/s", "ratio");
-  std::printf("%-8s %12.2f %12.2f %8.2f\n", "write", median(sw) / gib, median(fw) / gib,
-              median(sw) / median(fw));
-  std::printf("%-8s %12.2f %12.2f %8.2f\n", "read", median(sr) / gib, median(fr) / gib,
-              median(sr) / median(fr));
-  std::printf("%-8s %12.2f %12s %8s  (read back and checked, no fio counterpart)\n", "verify",
-              median(sv) / gib, "-", "-");
+  const double ms_per_gib = gib * 1e3;
+  std::printf("%-8s %12s %12s %8s %16s\n", "", "store GiB/s", "fio GiB/s", "ratio",
+              "store CPU ms/GiB");
+  std::printf("%-8s %12.2f %12.2f %8.2f %16.0f\n", "write", median(sw) / gib, median(fw) / gib,
+              median(sw) / median(fw), median(cw) * ms_per_gib);
+  std::printf("%-8s %12.2f %12.2f %8.2f %16.0f\n", "read", median(sr) / gib, median(fr) / gib,
+              median(sr) / median(fr), median(cr) * ms_per_gib);
+  std::printf("%-8s %12.2f %12s %8s %16.0f  (read back and checked, no fio counterpart)\n",
+              "verify", median(sv) / gib, "-", "-", median(cv) * ms_per_gib);
   std::printf("nvme vs fio: read %.2f, write %.2f\n", median(sr) / median(fr),
               median(sw) / median(fw));
   return 0;
