@@ -2,6 +2,9 @@
 # strata plan at the largest counts it takes (4096 GPUs of 1 TiB): a few
 # simulated ranks stand for the job, so it finishes and holds at most 2 GiB
 # (the bound is checked only in an unsanitized build, where RSS means it).
+# Under the sanitizers the two plans on 1 TiB GPUs are left out: they are
+# the same code as the other two over a larger device (4 s each here, 40 s
+# and more under ASan), and what they check, the bound, is not checked there.
 # Usage: many_gpus.sh STRATA_BINARY SANITIZED(ON|OFF)
 set -u
 strata=$1
@@ -29,8 +32,12 @@ PY
     echo "ok: plan $* (${rss} KiB)"
   fi
 }
-run --model llama2-70b --zero 3 --gpus 4096 --gpu-memory 1TiB
-run --model llama2-70b --zero 3 --gpus 4096 --nodes 512 --hybrid-shard --gpu-memory 1TiB
+if [ "$sanitized" = OFF ]; then
+  run --model llama2-70b --zero 3 --gpus 4096 --gpu-memory 1TiB
+  run --model llama2-70b --zero 3 --gpus 4096 --nodes 512 --hybrid-shard --gpu-memory 1TiB
+else
+  echo "sanitized build: the two plans on 1 TiB GPUs are left out (the 2 GiB bound is checked unsanitized)"
+fi
 run --model gpt2 --zero 0 --gpus 4096 --nodes 512
 run --model llama2-70b --zero 3 --gpus 4096 --nodes 4096 --offload-params nvme --offload-optimizer nvme
 exit "$failed"
