@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "command_line.hpp"
 #include "exit_on_error.hpp"
 #include "strata/gradient_buckets.hpp"
 #include "strata/option_table.hpp"
@@ -53,7 +54,11 @@ const char* name_of(policy p) {
 
 using bench::check;
 using bench::die;
+using bench::option_pairs;
+using bench::real_number;
 using bench::take;
+using bench::unknown_option;
+using bench::whole_number;
 
 void sleep_for(void* arg) {
   std::this_thread::sleep_for(std::chrono::duration<double>(*static_cast<double*>(arg)));
@@ -152,27 +157,26 @@ outcome run(const settings& st, policy p, double link_gbps) {
   return out;
 }
 
+constexpr const char* usage =
+    "gradients_bench [--ranks 4] [--layers 16] [--grad 1MiB] [--compute-ms 10] [--steps 4]";
+
 settings parse(int argc, char** argv) {
   settings st;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    const char* value = argv[i + 1];
+  for (const auto& [key, value] : option_pairs(argc, argv, usage)) {
     if (key == "--ranks") {
-      st.ranks = std::atoi(value);
+      st.ranks = static_cast<int>(whole_number(key, value, 2, 64));
     } else if (key == "--layers") {
-      st.layers = std::atoi(value);
+      st.layers = static_cast<int>(whole_number(key, value, 2, 4096));
     } else if (key == "--grad") {
       st.grad = take(strata::parse_byte_size("--grad", value), "--grad");
+      if (st.grad < 1024 || st.grad > (1ULL << 30)) die("--grad must be 1KiB to 1GiB");
     } else if (key == "--compute-ms") {
-      st.compute_ms = std::atof(value);
+      st.compute_ms = real_number(key, value, 0, 60'000, true);
     } else if (key == "--steps") {
-      st.steps = std::atoi(value);
+      st.steps = static_cast<int>(whole_number(key, value, 2, 1000));
     } else {
-      die("unknown option " + key);
+      unknown_option(key, usage);
     }
-  }
-  if (st.ranks < 2 || st.layers < 2 || st.grad < 1024 || st.compute_ms <= 0 || st.steps < 2) {
-    die("need --ranks >= 2, --layers >= 2, --grad >= 1KiB, --compute-ms > 0, --steps >= 2");
   }
   return st;
 }

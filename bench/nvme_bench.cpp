@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "command_line.hpp"
+#include "exit_on_error.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/option_table.hpp"
 
@@ -121,6 +123,21 @@ bool store_run(const strata::tier_options& o, const unsigned char* src, unsigned
   return true;
 }
 
+constexpr const char* usage =
+    "nvme_bench [--dir D] [--bytes 4GiB] [--block-size 1MiB] [--queue-depth 32] "
+    "[--repetitions 3]";
+
+// A byte size in [lo, hi] (`range` says it in words) and a multiple of
+// 4 KiB (O_DIRECT), or the program ends naming `key`.
+std::uint64_t byte_size(const std::string& key, const std::string& value, std::uint64_t lo,
+                        std::uint64_t hi, const char* range) {
+  const std::uint64_t n = bench::take(strata::parse_byte_size(key, value), key.c_str());
+  if (n < lo || n > hi || n % 4096 != 0) {
+    bench::die(key + " must be a multiple of 4KiB, " + range + ", not " + value);
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,23 +145,19 @@ int main(int argc, char** argv) {
   o.nvme_dir = ".";
   std::uint64_t total = 4ULL << 30;
   int repetitions = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    const std::string value = argv[i + 1];
-    auto size = strata::parse_byte_size(key, value);
+  for (const auto& [key, value] : bench::option_pairs(argc, argv, usage)) {
     if (key == "--dir") {
       o.nvme_dir = value;
-    } else if (key == "--bytes" && size) {
-      total = *size;
-    } else if (key == "--block-size" && size) {
-      o.nvme_block_size = *size;
+    } else if (key == "--bytes") {
+      total = byte_size(key, value, 1ULL << 20, 1ULL << 40, "1MiB to 1TiB");
+    } else if (key == "--block-size") {
+      o.nvme_block_size = byte_size(key, value, 4096, 1ULL << 30, "4KiB to 1GiB");
     } else if (key == "--queue-depth") {
-      o.nvme_queue_depth = std::strtoull(value.c_str(), nullptr, 10);
+      o.nvme_queue_depth = static_cast<std::uint64_t>(bench::whole_number(key, value, 1, 4096));
     } else if (key == "--repetitions") {
-      repetitions = std::max(1, std::atoi(value.c_str()));
+      repetitions = static_cast<int>(bench::whole_number(key, value, 1, 100));
     } else {
-      std::fprintf(stderr, "nvme_bench: bad argument %s %s\n", key.c_str(), value.c_str());
-      return 2;
+      bench::unknown_option(key, usage);
     }
   }
   // Large extents: each write() and read() drains its pipeline at the end.

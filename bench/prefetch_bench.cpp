@@ -46,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "command_line.hpp"
 #include "exit_on_error.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/option_table.hpp"
@@ -80,7 +81,11 @@ void sleep_for(void* arg) {
 
 using bench::check;
 using bench::die;
+using bench::option_pairs;
+using bench::real_number;
 using bench::take;
+using bench::unknown_option;
+using bench::whole_number;
 
 struct outcome {
   std::vector<double> step_seconds;
@@ -183,35 +188,37 @@ double disk_read_rate(const settings& st) {
   return static_cast<double>(st.param) * static_cast<double>(ids.size()) / seconds;
 }
 
+constexpr const char* usage =
+    "prefetch_bench [--layers 12] [--param 4MiB] [--gbps 0.5] [--steps 4] [--resident 4] "
+    "[--host 4] [--nvme-dir DIR] [--per-step 1]";
+
 settings parse(int argc, char** argv) {
   settings st;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i];
-    const char* value = argv[i + 1];
+  for (const auto& [key, value] : option_pairs(argc, argv, usage)) {
     if (key == "--layers") {
-      st.layers = std::atoi(value);
+      st.layers = static_cast<int>(whole_number(key, value, 2, 4096));
     } else if (key == "--param") {
       st.param = take(strata::parse_byte_size("--param", value), "--param");
+      if (st.param < 4096 || st.param > (1ULL << 30)) die("--param must be 4KiB to 1GiB");
     } else if (key == "--gbps") {
-      st.gbps = std::atof(value);
+      st.gbps = real_number(key, value, 0, 1000, true);
     } else if (key == "--steps") {
-      st.steps = std::atoi(value);
+      st.steps = static_cast<int>(whole_number(key, value, 1, 1000));
     } else if (key == "--resident") {
-      st.resident = std::atoi(value);
+      st.resident = static_cast<int>(whole_number(key, value, 3, 4096));
     } else if (key == "--host") {
-      st.host = std::atoi(value);
+      st.host = static_cast<int>(whole_number(key, value, 1, 4096));
     } else if (key == "--nvme-dir") {
       st.nvme_dir = value;
     } else if (key == "--per-step") {
-      st.per_step = std::atoi(value) != 0;
+      st.per_step = whole_number(key, value, 0, 1) != 0;
     } else {
-      die("unknown option " + key);
+      unknown_option(key, usage);
     }
   }
-  if (st.layers < 2 || st.steps < 1 || st.gbps <= 0 || st.resident < 3 ||
-      st.resident >= st.layers || st.host < 1 || st.host + st.resident >= st.layers) {
-    die("need --layers >= 2, --steps >= 1, --gbps > 0, 3 <= --resident < --layers, "
-        "--host >= 1 and --host + --resident < --layers (some layers on NVMe)");
+  if (st.host + st.resident >= st.layers) {
+    die("need --host + --resident < --layers (some layers on NVMe): " + std::to_string(st.host) +
+        " + " + std::to_string(st.resident) + " >= " + std::to_string(st.layers));
   }
   return st;
 }

@@ -1,0 +1,71 @@
+// The command lines of the benchmarks that are not Google Benchmark ones
+// (gradients_bench, nvme_bench, prefetch_bench): `--key value` pairs. `--help`
+// prints the usage and exits 0; a key without a value, an unknown key or a
+// value that is not wholly a number in its range ends the program (exit 1)
+// naming it, before anything runs or touches a disk.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "exit_on_error.hpp"
+
+namespace bench {
+
+/// argv's `--key value` pairs, in order; `usage` is the line `--help` prints.
+inline std::vector<std::pair<std::string, std::string>> option_pairs(int argc, char** argv,
+                                                                     const char* usage) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string key = argv[i];
+    if (key == "--help" || key == "-h") {
+      std::printf("usage: %s\n", usage);
+      std::exit(0);  // NOLINT(concurrency-mt-unsafe): before any thread starts
+    }
+    if (i + 1 == argc) die(key + " needs a value\nusage: " + usage);
+    out.emplace_back(key, argv[i + 1]);
+  }
+  return out;
+}
+
+/// Ends the program: `key` is not an option; `usage` says which are.
+[[noreturn]] inline void unknown_option(const std::string& key, const char* usage) {
+  die("unknown option " + key + "\nusage: " + usage);
+}
+
+/// `value` as a whole number in [lo, hi], or the program ends naming `key`.
+inline long long whole_number(const std::string& key, const std::string& value, long long lo,
+                              long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || n < lo || n > hi) {
+    die(key + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+        ", not '" + value + "'");
+  }
+  return n;
+}
+
+/// `value` as a finite number in [lo, hi] (a bound of 0 excluded when
+/// `above_lo`), or the program ends naming `key`.
+inline double real_number(const std::string& key, const std::string& value, double lo, double hi,
+                          bool above_lo = false) {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x) || x < lo ||
+      (above_lo && x == lo) || x > hi) {
+    char range[96];
+    std::snprintf(range, sizeof range, above_lo ? "above %g and at most %g" : "from %g to %g", lo,
+                  hi);
+    die(key + " must be a number " + range + ", not '" + value + "'");
+  }
+  return x;
+}
+
+}  // namespace bench
