@@ -51,7 +51,7 @@ inline long long whole_number(const std::string& key, const std::string& value, 
   return n;
 }
 
-/// `value` as a finite number in [lo, hi] (a bound of 0 excluded when
+/// `value` as a finite number in [lo, hi] (`lo` itself excluded when
 /// `above_lo`), or the program ends naming `key`.
 inline double real_number(const std::string& key, const std::string& value, double lo, double hi,
                           bool above_lo = false) {

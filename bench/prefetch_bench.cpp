@@ -196,7 +196,7 @@ settings parse(int argc, char** argv) {
   settings st;
   for (const auto& [key, value] : option_pairs(argc, argv, usage)) {
     if (key == "--layers") {
-      st.layers = static_cast<int>(whole_number(key, value, 2, 4096));
+      st.layers = static_cast<int>(whole_number(key, value, 5, 4096));  // 3 + 1 + 1 on NVMe
     } else if (key == "--param") {
       st.param = take(strata::parse_byte_size("--param", value), "--param");
       if (st.param < 4096 || st.param > (1ULL << 30)) die("--param must be 4KiB to 1GiB");

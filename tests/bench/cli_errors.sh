@@ -32,12 +32,12 @@ expect 1 "--bytes must be a multiple of 4KiB, 1MiB to 1TiB, not 1000000" "$nvme"
 expect 1 "--block-size must be a multiple of 4KiB, 4KiB to 1GiB, not 100" "$nvme" --block-size 100
 expect 1 "--queue-depth must be a whole number from 1 to 4096, not 'abc'" "$nvme" --queue-depth abc
 expect 1 "--repetitions must be a whole number from 1 to 100, not '0'" "$nvme" --repetitions 0
-expect 1 "--layers must be a whole number from 2 to 4096, not '2x'" "$prefetch" --layers 2x
+expect 1 "--layers must be a whole number from 5 to 4096, not '2x'" "$prefetch" --layers 2x
 expect 1 "--gbps must be a number above 0 and at most 1000, not '0'" "$prefetch" --gbps 0
 expect 1 "--gbps must be a number above 0 and at most 1000, not 'nan'" "$prefetch" --gbps nan
 expect 1 "--param must be 4KiB to 1GiB" "$prefetch" --param 0
 expect 1 "--per-step must be a whole number from 0 to 1, not '2'" "$prefetch" --per-step 2
-expect 1 "--host + --resident < --layers" "$prefetch" --layers 4 --resident 3 --host 1
+expect 1 "--host + --resident < --layers" "$prefetch" --layers 5 --resident 4 --host 1
 expect 1 "--steps needs a value" "$gradients" --steps
 expect 1 "--ranks must be a whole number from 2 to 64, not '1'" "$gradients" --ranks 1
 expect 1 "--compute-ms must be a number above 0 and at most 60000, not '-1'" "$gradients" --compute-ms -1
