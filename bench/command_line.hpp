@@ -5,8 +5,7 @@
 // naming it, before anything runs or touches a disk.
 #pragma once
 
-#include <cerrno>
-#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "exit_on_error.hpp"
+#include "strata/option_table.hpp"
 
 namespace bench {
 
@@ -38,34 +38,30 @@ inline std::vector<std::pair<std::string, std::string>> option_pairs(int argc, c
   die("unknown option " + key + "\nusage: " + usage);
 }
 
-/// `value` as a whole number in [lo, hi], or the program ends naming `key`.
-inline long long whole_number(const std::string& key, const std::string& value, long long lo,
-                              long long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long long n = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE || n < lo || n > hi) {
+/// `value` as a whole number in [lo, hi] (strata::parse_count), or the
+/// program ends naming `key`.
+inline std::uint64_t whole_number(const std::string& key, const std::string& value,
+                                  std::uint64_t lo, std::uint64_t hi) {
+  const auto n = strata::parse_count(key, value);
+  if (!n || *n < lo || *n > hi) {
     die(key + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
         ", not '" + value + "'");
   }
-  return n;
+  return *n;
 }
 
-/// `value` as a finite number in [lo, hi] (`lo` itself excluded when
-/// `above_lo`), or the program ends naming `key`.
+/// `value` as a finite number in [lo, hi] (strata::parse_number; `lo`
+/// itself excluded when `above_lo`), or the program ends naming `key`.
 inline double real_number(const std::string& key, const std::string& value, double lo, double hi,
                           bool above_lo = false) {
-  errno = 0;
-  char* end = nullptr;
-  const double x = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x) || x < lo ||
-      (above_lo && x == lo) || x > hi) {
+  const auto x = strata::parse_number(key, value);
+  if (!x || *x < lo || (above_lo && *x == lo) || *x > hi) {
     char range[96];
     std::snprintf(range, sizeof range, above_lo ? "above %g and at most %g" : "from %g to %g", lo,
                   hi);
     die(key + " must be a number " + range + ", not '" + value + "'");
   }
-  return x;
+  return *x;
 }
 
 }  // namespace bench

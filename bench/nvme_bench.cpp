@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
     } else if (key == "--block-size") {
       o.nvme_block_size = byte_size(key, value, 4096, 1ULL << 30, "4KiB to 1GiB");
     } else if (key == "--queue-depth") {
-      o.nvme_queue_depth = static_cast<std::uint64_t>(bench::whole_number(key, value, 1, 4096));
+      o.nvme_queue_depth = bench::whole_number(key, value, 1, 4096);
     } else if (key == "--repetitions") {
       repetitions = static_cast<int>(bench::whole_number(key, value, 1, 100));
     } else {
