@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "device_allocators.hpp"
@@ -55,7 +56,12 @@ char* text_of(int device, Text text) {
 
 }  // namespace
 
-void* strata_torch_malloc(ssize_t size, int device, strata_torch_stream stream) {
+namespace {
+
+// strata_torch_malloc's work: the block, or null with the reason kept and,
+// for a failed allocation, its code in `code`.
+void* allocate(ssize_t size, int device, strata_torch_stream stream, strata::errc& code) {
+  code = strata::errc::invalid_argument;
   if (size < 0) {
     fail("strata_torch_malloc: negative size " + std::to_string(size));
     return nullptr;
@@ -65,9 +71,28 @@ void* strata_torch_malloc(ssize_t size, int device, strata_torch_stream stream) 
   try {
     return a->malloc_async(static_cast<std::size_t>(size), stream);
   } catch (const strata::error& e) {
+    code = e.code();
     fail(e.what());  // an OOM's report stays in the allocator too
     return nullptr;
   }
+}
+
+}  // namespace
+
+void* strata_torch_malloc(ssize_t size, int device, strata_torch_stream stream) {
+  strata::errc code{};
+  return allocate(size, device, stream, code);
+}
+
+void* strata_torch_malloc_or_throw(ssize_t size, int device, strata_torch_stream stream) {
+  strata::errc code{};
+  void* p = allocate(size, device, stream, code);
+  if (p != nullptr || size == 0) return p;
+  if (code == strata::errc::out_of_memory) {
+    throw std::runtime_error("CUDA out of memory. Strata, device " + std::to_string(device) + ": " +
+                             last_error);
+  }
+  throw std::runtime_error("Strata, device " + std::to_string(device) + ": " + last_error);
 }
 
 void strata_torch_free(void* ptr, ssize_t /*size*/, int device, strata_torch_stream stream) {

@@ -7,8 +7,9 @@
  * of the allocation).
  *
  * Thread safety: every function may be called from any thread at any time.
- * Errors never escape as crashes: allocation failures return NULL, and the
- * reason is kept (strata_torch_last_error for the calling thread,
+ * Errors never escape as crashes: allocation failures return NULL (or throw,
+ * from strata_torch_malloc_or_throw), and the reason is kept
+ * (strata_torch_last_error for the calling thread,
  * strata_torch_last_oom_report per device). */
 #ifndef STRATA_TORCH_H
 #define STRATA_TORCH_H
@@ -30,6 +31,17 @@ typedef struct CUstream_st* strata_torch_stream; /* cudaStream_t */
 /* alloc_fn: `size` bytes on `device`, stream-ordered on `stream`. NULL for
  * size 0 and on failure (out of memory: the report is kept). */
 STRATA_TORCH_API void* strata_torch_malloc(ssize_t size, int device, strata_torch_stream stream);
+/* alloc_fn as install() wires it: strata_torch_malloc, except that a
+ * failure throws a C++ exception (std::runtime_error) instead of returning
+ * NULL, because PyTorch's plugin path passes NULL on unchecked (a tensor
+ * "whose data is not allocated yet", a null cuBLAS workspace). An
+ * out-of-memory's message begins "CUDA out of memory." as PyTorch's own
+ * does, so code that recognises OOMs by that text (Accelerate's and
+ * Lightning's batch-size finders) recognises Strata's; Python sees a
+ * RuntimeError. NULL, without a throw, for size 0 only. C++ callers only:
+ * C code calls strata_torch_malloc. */
+STRATA_TORCH_API void* strata_torch_malloc_or_throw(ssize_t size, int device,
+                                                    strata_torch_stream stream);
 /* free_fn: PyTorch passes the allocation's size, device and stream; the
  * free is stream-ordered on that stream. A pointer Strata does not know is
  * reported on stderr and left alone. */

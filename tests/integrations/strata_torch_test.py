@@ -45,7 +45,7 @@ check(allocator is not None, "change_current_allocator was not called")
 check(os.path.realpath(allocator.path) == os.path.realpath(sys.argv[1]),
       f"library {allocator.path}, not {sys.argv[1]}")
 check((allocator.alloc_fn_name, allocator.free_fn_name) ==
-      ("strata_torch_malloc", "strata_torch_free"), "alloc/free function names")
+      ("strata_torch_malloc_or_throw", "strata_torch_free"), "alloc/free function names")
 check(sorted(wired) == sorted(allocator._allocator.hooks), "hooks reported vs wired")
 check(len(wired) == 4 and all(allocator._allocator.hooks.values()), f"hooks: {wired}")
 check(strata_torch.install() == [], "a second install() must do nothing")

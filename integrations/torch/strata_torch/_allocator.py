@@ -6,9 +6,12 @@ wires the extra hooks (init, empty_cache, set_per_process_memory_fraction,
 record_stream) where the installed PyTorch exposes them. Strata reads
 STRATA_CONF (docs/configuration.md).
 
-PyTorch's plugin path turns a failed allocation into a null pointer, not an
-exception; code run inside `with out_of_memory_errors():` gets
-torch.cuda.OutOfMemoryError with Strata's OOM report instead.
+PyTorch's plugin path passes a null pointer on unchecked, so the allocation
+function wired in (strata_torch_malloc_or_throw) throws instead: a failed
+allocation is a RuntimeError whose message begins "CUDA out of memory." (the
+plugin path cannot raise torch.cuda.OutOfMemoryError itself); code run
+inside `with out_of_memory_errors():` gets torch.cuda.OutOfMemoryError with
+Strata's OOM report.
 
 Thread safety: install() once, from the main thread, before CUDA starts;
 the rest may be called from any thread (each call asks the library, which
@@ -62,7 +65,7 @@ def install(path: Optional[str] = None) -> List[str]:
             "preload shim, libstrata_preload.so, works with any version)")
     where = _native.find(_native.TORCH_PLUGIN, path)
     lib = _native.load(_native.TORCH_PLUGIN, where, StrataTorchError)
-    allocator = pluggable(where, "strata_torch_malloc", "strata_torch_free")
+    allocator = pluggable(where, "strata_torch_malloc_or_throw", "strata_torch_free")
     handle = getattr(allocator, "_allocator", None)
     wired = []
     for setter, symbol in _HOOKS:
