@@ -31,7 +31,7 @@ TEST(Replayer, ColdTraceOnAnEightyGigabyteSimDevice) {
   const std::string json = report_json(*t, *r);
   for (const char* key : {R"("events":62)", R"("peak_live_bytes":)", R"("peak_reserved_bytes":)",
                           R"("fragmentation":)", R"("ooms":[])", R"("cpu_ns_per_call":{"median":)",
-                          R"("p99":)", R"("baseline_peak_reserved_bytes":)"}) {
+                          R"("mean":)", R"("p99":)", R"("baseline_peak_reserved_bytes":)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
 }

@@ -135,7 +135,8 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
   std::snprintf(buf, sizeof buf, "%.2f%%", 100 * r.fragmentation);
   row("fragmentation at peak", buf);
   row("stitches", std::to_string(r.stitches));
-  std::snprintf(buf, sizeof buf, "median %.0f ns, p99 %.0f ns", r.cpu_ns_median, r.cpu_ns_p99);
+  std::snprintf(buf, sizeof buf, "median %.0f ns, mean %.0f ns, p99 %.0f ns", r.cpu_ns_median,
+                r.cpu_ns_mean, r.cpu_ns_p99);
   row("allocator time per call", buf);
   row("OOMs", std::to_string(r.ooms.size()));
   o += "</table>\n<h2>Memory over the replay</h2>\n<p class=\"key\">"

@@ -120,9 +120,9 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   line("fragmentation (1 - alloc/reserved)", number(100 * r.fragmentation) + "% at peak");
   line("stitches", std::to_string(r.stitches) + " (" +
                        format_bytes(static_cast<std::uint64_t>(r.stitched_bytes)) + " remapped)");
-  line("allocator time per call", "median " + number(r.cpu_ns_median) + " ns, p99 " +
-                                      number(r.cpu_ns_p99) + " ns (" + std::to_string(r.calls) +
-                                      " calls)");
+  line("allocator time per call", "median " + number(r.cpu_ns_median) + " ns, mean " +
+                                      number(r.cpu_ns_mean) + " ns, p99 " + number(r.cpu_ns_p99) +
+                                      " ns (" + std::to_string(r.calls) + " calls)");
   line("memory driver calls", memory_calls_text(r.driver));
   line("waits for the device",
        std::to_string(r.device_waits) + " (" + fixed(r.device_wait_ms, 1) + " ms)");
@@ -215,9 +215,9 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
   } else {
     field("timeline", "null");
   }
-  field("cpu_ns_per_call", "{\"median\":" + number(r.cpu_ns_median) +
-                               ",\"p99\":" + number(r.cpu_ns_p99) +
-                               ",\"calls\":" + std::to_string(r.calls) + "}");
+  field("cpu_ns_per_call",
+        "{\"median\":" + number(r.cpu_ns_median) + ",\"mean\":" + number(r.cpu_ns_mean) +
+            ",\"p99\":" + number(r.cpu_ns_p99) + ",\"calls\":" + std::to_string(r.calls) + "}");
   std::string ooms = "[";
   for (const replay_oom& o : r.ooms) {
     if (ooms.size() > 1) ooms += ',';

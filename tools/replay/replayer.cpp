@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <numeric>
 #include <unordered_map>
 
 #include "step_cycle.hpp"
@@ -315,6 +316,10 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.calls = first.call_ns.size();
   r.cpu_ns_median = percentile(first.call_ns, 0.5);
   r.cpu_ns_p99 = percentile(first.call_ns, 0.99);
+  if (!first.call_ns.empty()) {
+    r.cpu_ns_mean = std::accumulate(first.call_ns.begin(), first.call_ns.end(), 0.0) /
+                    static_cast<double>(first.call_ns.size());
+  }
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
   made->reset();

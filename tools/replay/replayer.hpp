@@ -104,6 +104,7 @@ struct replay_result {
   std::size_t calls = 0;
   double cpu_ns_median = 0;  // wall time per malloc_async/free_async call
   double cpu_ns_p99 = 0;
+  double cpu_ns_mean = 0;  // the tail included: what a step's host pays per call
   bool has_baseline = false;
   std::uint64_t baseline_peak_reserved = 0;
   std::vector<replay_sample> samples;  // at most ~2000, evenly spread
