@@ -56,6 +56,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODES = ("native", "expandable", "strata", "preload")
+# PyTorch 2.11 fails a checkpointed backward pass while its memory history
+# records Python frames (run_backward "returned NULL without setting an
+# exception"; seen on an H200 with transformers' gradient checkpointing).
+FRAMES_BUG = "returned NULL without setting an exception"
+FRAMES_BUG_NOTE = "PyTorch 2.11 with checkpointing, like pytorch/pytorch#179536"
 GIB = 2**30
 
 
@@ -113,7 +118,10 @@ def child(args):
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit_gib * GIB / total))
     snapshot = args.snapshot and args.child == "native"
     if snapshot:  # every allocation from the weights on, with Python frames
-        torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
+        if args.snapshot_stacks == "none":  # the events without tracebacks
+            torch.cuda.memory._record_memory_history(max_entries=400000, context=None)
+        else:
+            torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
     torch.manual_seed(0)
     cfg = model_config(args.model, args.seq)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").cuda()
@@ -155,6 +163,7 @@ def child(args):
         torch.cuda.memory._dump_snapshot(args.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
         result["snapshot"] = args.snapshot
+        result["snapshot_stacks"] = args.snapshot_stacks
     if args.profile and "oom" not in result:
         try:
             result["profile"] = profile_step(step)
@@ -202,7 +211,7 @@ def profile_step(step):
             "gpu_kernels": len(spans), "top_kernels_ms": [[n[:80], t / 1e3] for n, t in top]}
 
 
-def run_mode(mode, args):
+def run_mode(mode, args, stacks="python"):
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if mode == "expandable":
@@ -218,12 +227,17 @@ def run_mode(mode, args):
     if args.profile:
         cmd.append("--profile")
     if args.snapshot:
-        cmd += ["--snapshot", args.snapshot]
+        cmd += ["--snapshot", args.snapshot, "--snapshot-stacks", stacks]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"mode": mode, "error": f"exit {proc.returncode}: " + " | ".join(tail)}
+        error = f"exit {proc.returncode}: " + " | ".join(tail)
+        if mode == "native" and args.snapshot and stacks == "python" and FRAMES_BUG in error:
+            print("  native     recording Python frames broke the backward pass "
+                  f"({FRAMES_BUG_NOTE}): recording the snapshot without them")
+            return run_mode(mode, args, "none")
+        return {"mode": mode, "error": error}
     return json.loads(lines[-1])
 
 
@@ -248,6 +262,9 @@ def main():
                    help="profile one more step per mode: GPU kernel time against the step's span")
     p.add_argument("--snapshot", help="native mode: write its PyTorch memory snapshot (the "
                    "timed steps, Python frames) here, for strata replay and strata plan")
+    p.add_argument("--snapshot-stacks", choices=("python", "none"), default="python",
+                   help="the snapshot's frames: Python's (default; where PyTorch fails a "
+                   "checkpointed run with them, the run is repeated without) or none")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--rounds", type=int, default=1,
                    help="run the modes this many times, interleaved; a mode's step is the "
