@@ -183,13 +183,16 @@ TEST(StepCycle, ATimelineReportsTheSteadyState) {
   EXPECT_LT(s.added_fraction(), 0.01) << steady_text(s);
   EXPECT_GT(s.peak_live, 0U);
   EXPECT_GE(s.peak_reserved, s.peak_live);
+  EXPECT_GT(s.cpu_ns_per_call, 0.0) << "the repeats' calls were timed";
   EXPECT_NE(steady_text(s).find("x live"), std::string::npos) << steady_text(s);
+  EXPECT_NE(steady_text(s).find(" ns a call"), std::string::npos) << steady_text(s);
   const std::string text = report_text(t, *r);
   EXPECT_NE(text.find("timeline: steady state"), std::string::npos) << text;
   EXPECT_NE(text.find(steady_text(s)), std::string::npos) << text;
   const std::string json = report_json(t, *r);
-  for (const char* key : {R"("steady":{"step_calls":)", R"("measured_repeats":3)",
-                          R"("peak_reserved_bytes":)", R"("peak_live_bytes":)"}) {
+  for (const char* key :
+       {R"("steady":{"step_calls":)", R"("measured_repeats":3)", R"("cpu_ns_per_call":)",
+        R"("peak_reserved_bytes":)", R"("peak_live_bytes":)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
 

@@ -55,6 +55,7 @@ std::string steady_json(const timeline_result::steady_state& s) {
          ",\"measured_repeats\":" + std::to_string(s.measured) +
          ",\"added_fraction\":" + number(s.added_fraction()) +
          ",\"driver_calls\":" + std::to_string(s.driver_calls) +
+         ",\"cpu_ns_per_call\":" + number(s.cpu_ns_per_call) +
          ",\"peak_reserved_bytes\":" + std::to_string(s.peak_reserved) +
          ",\"peak_live_bytes\":" + std::to_string(s.peak_live) + "}";
 }
@@ -78,8 +79,8 @@ std::string steady_text(const timeline_result::steady_state& s) {
   return "the last step (" + std::to_string(s.step_ops) + " calls, " + fixed(s.step_ms, 1) +
          " ms) repeated " + std::to_string(s.repeats) + " times after the trace: the last " +
          std::to_string(s.measured) + " added " + fixed(100 * s.added_fraction(), 2) + "%, " +
-         std::to_string(s.driver_calls) + " driver calls; peak reserved " +
-         ratio(s.peak_reserved, s.peak_live) + " x live";
+         std::to_string(s.driver_calls) + " driver calls, " + fixed(s.cpu_ns_per_call, 0) +
+         " ns a call; peak reserved " + ratio(s.peak_reserved, s.peak_live) + " x live";
 }
 
 std::string printable(std::string_view s) {

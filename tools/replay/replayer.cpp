@@ -225,7 +225,7 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
   std::uint64_t peak_live = 0;
   if (auto s = steady.go(
-          longer.ops.size(), false,
+          longer.ops.size(), true,
           [&](std::size_t) { peak_live = std::max(peak_live, steady.live_bytes); }, &pacer,
           options.warmup);
       !s) {
@@ -240,6 +240,12 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   out.measured_ms = static_cast<double>(measured) * out.step_ms;
   out.added_ms = t->second_half_added_ms;
   out.driver_calls = t->second_half_driver_calls;
+  const std::size_t tail = std::min(steady.call_ns.size(), measured * step->ops);
+  if (tail > 0) {
+    out.cpu_ns_per_call = std::accumulate(steady.call_ns.end() - static_cast<std::ptrdiff_t>(tail),
+                                          steady.call_ns.end(), 0.0) /
+                          static_cast<double>(tail);
+  }
   out.peak_live = peak_live;
   out.peak_reserved = static_cast<std::uint64_t>((*made)->counters().reserved_bytes[pool_all].peak);
   return {};

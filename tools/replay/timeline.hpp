@@ -64,6 +64,7 @@ struct timeline_result {
     double measured_ms = 0;           // their recorded time
     double added_ms = 0;              // what the allocator added over them
     std::uint64_t driver_calls = 0;   // memory driver calls made in them
+    double cpu_ns_per_call = 0;       // the mean wall time of their calls (the host's cost)
     std::uint64_t peak_live = 0;      // over the trace and the repeats (bytes)
     std::uint64_t peak_reserved = 0;  // Strata's, over the same
     [[nodiscard]] double added_fraction() const {
