@@ -102,28 +102,23 @@ void page_table::remove_mapping(stream_arena& arena, std::size_t index) {
   }
 }
 
-void page_table::apply(std::vector<shadow_run>& marks, bool on) const {
-  if (marks.empty()) return;
-  const auto before = [](const shadow_run& a, const shadow_run& b) {
-    return a.arena != b.arena ? a.arena < b.arena : a.first < b.first;
-  };
-  // Marks often come in page order already (a range's pages mapped in
-  // order elsewhere): then the check is all the ordering costs.
-  if (!std::is_sorted(marks.begin(), marks.end(), before)) {
-    std::sort(marks.begin(), marks.end(), before);
-  }
-  // Adjacent pages of one arena form one run: one block-map update each.
-  std::size_t out = 0;
-  for (std::size_t i = 1; i < marks.size(); ++i) {
-    shadow_run& last = marks[out];
-    if (marks[i].arena == last.arena && marks[i].first == last.first + last.count) {
-      last.count += marks[i].count;
-    } else {
-      marks[++out] = marks[i];
+void page_table::mark(std::vector<shadow_run>& runs, stream_arena* arena, std::uint32_t index) {
+  // A block's pages are visited in order, and each page's other mappings
+  // are usually in ranges mapped in page order too: the mark continues one
+  // of the last few runs (one per such range).
+  const std::size_t look = std::min(runs.size(), runs_looked_back);
+  for (std::size_t k = runs.size(); k > runs.size() - look; --k) {
+    shadow_run& r = runs[k - 1];
+    if (r.arena == arena && r.first + r.count == index) {
+      ++r.count;
+      return;
     }
   }
-  marks.resize(out + 1);
-  for (const shadow_run& r : marks) {
+  runs.push_back({arena, index, 1});
+}
+
+void page_table::apply(std::vector<shadow_run>& runs, bool on) const {
+  for (const shadow_run& r : runs) {
     const std::uintptr_t va = r.arena->page_addr(r.first);
     const std::size_t bytes = std::size_t{r.count} * granularity_;
     if (on) {
@@ -132,7 +127,7 @@ void page_table::apply(std::vector<shadow_run>& marks, bool on) const {
       r.arena->blocks().unshadow(va, bytes);
     }
   }
-  marks.clear();
+  runs.clear();
 }
 
 void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_t bytes) {
@@ -153,7 +148,7 @@ void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_
       page_mapping& m = p.maps[k];
       if (k == p.active || m.shadowed) continue;
       m.shadowed = true;
-      scratch_.push_back({m.arena, m.index, 1});
+      mark(scratch_, m.arena, m.index);
     }
   }
   apply(scratch_, true);
@@ -167,7 +162,7 @@ bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) {
     if (!m.shadowed) continue;
     if (epoch_done || m.arena->stream() == p.freed_in->stream()) {
       m.shadowed = false;
-      out.push_back({m.arena, m.index, 1});
+      mark(out, m.arena, m.index);
     } else {
       left = true;
     }

@@ -23,7 +23,8 @@
 // arena than the page's last free, whose epoch is not known complete.
 // Cost: block_live/block_dead touch each page a block overlaps once, and
 // carve or lift shadows in runs of adjacent pages (one block-map update per
-// run). Nothing here calls the device.
+// run, the runs built as the pages are visited). Nothing here calls the
+// device.
 //
 // Thread safety: none; the allocator's mutex serializes calls.
 #pragma once
@@ -141,8 +142,13 @@ class page_table {
   void list_idle(std::uint32_t id);
   void unlist_idle(std::uint32_t id);
   static std::uint32_t mapping_at(const page& p, const stream_arena& arena, std::size_t index);
-  // Carves (`on`) or lifts the shadows of `marks` (sorted into runs first).
-  void apply(std::vector<shadow_run>& marks, bool on) const;
+  // Adds page `index` of `arena` to `runs`, extending one of the last
+  // `runs_looked_back` runs where it continues it (no sort: adjacent runs
+  // left apart cost one more block-map update, nothing else).
+  static constexpr std::size_t runs_looked_back = 8;
+  static void mark(std::vector<shadow_run>& runs, stream_arena* arena, std::uint32_t index);
+  // Carves (`on`) or lifts the shadows of `runs`, then empties it.
+  void apply(std::vector<shadow_run>& runs, bool on) const;
   // Marks unshadowed the mappings page `id` (idle) may lose its shadows at
   // now and appends them to `out` for apply(); true when none is left.
   bool lift_shadows(std::uint32_t id, std::vector<shadow_run>& out);
