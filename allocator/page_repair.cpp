@@ -59,7 +59,7 @@ std::optional<std::size_t> page_supply::repair_cost(stream_arena& arena, std::ui
 }
 
 status page_supply::repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
-                                 bool may_create) {
+                                 bool may_create, bool may_stitch) {
   const std::size_t first = arena.page_of(addr);
   const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
   // Collected first: unmapping lifts shadows, which changes the block map.
@@ -77,7 +77,7 @@ status page_supply::repair_range(stream_arena& arena, std::uintptr_t addr, std::
     }
   }
   refresh_derived_stats();
-  return back_range(arena, addr, bytes, may_create);
+  return back_range(arena, addr, bytes, may_create, may_stitch);
 }
 
 }  // namespace strata

@@ -51,7 +51,7 @@ void page_supply::record_mapping(std::uint32_t id, stream_arena& arena, std::siz
 }
 
 status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
-                               bool may_create) {
+                               bool may_create, bool may_stitch) {
   const std::size_t first = arena.page_of(addr);
   const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
   std::size_t i = arena.next_unmapped(first, last);
@@ -73,7 +73,7 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
   // edge page the range shares with a neighbour belongs to the
   // neighbour's too).
   std::size_t stitched = 0;
-  if (filled < needed.size() && table_.idle_count() > 0) {
+  if (may_stitch && filled < needed.size() && table_.idle_count() > 0) {
     for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);  // fewer on failure
     // The pages of every segment that shares an unaligned edge page with
     // the range: from the start of the segment holding the first page's

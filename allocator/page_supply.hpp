@@ -66,10 +66,12 @@ class page_supply {
 
   // Maps a page under every unmapped page of [addr, addr+bytes) of
   // `arena` (free address space starting a free block): pool pages first,
-  // then idle pages usable there (a stitch: a fence then starts a segment
-  // at `addr`), then new ones if `may_create`. out_of_memory when short
-  // (every page taken goes back); other errors: the device's, nothing lost.
-  status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
+  // then idle pages usable there if `may_stitch` (a stitch: a fence then
+  // starts a segment at `addr`), then new ones if `may_create`.
+  // out_of_memory when short (every page taken goes back); other errors:
+  // the device's, nothing lost.
+  status back_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create,
+                    bool may_stitch = true);
   // Repair (page_repair.cpp): a range an earlier step's request had, free
   // now but for pages there that are live at another mapping, is made
   // whole again by unmapping those pages there and backing the holes,
@@ -84,10 +86,12 @@ class page_supply {
                                                        std::size_t bytes);
   // Makes [addr, addr+bytes), which repair_cost priced, free address space
   // backed by pages idle here: the shadowed pages are unmapped there (one
-  // unmap each), then the range is backed as back_range backs it. Errors:
-  // the device's, or out_of_memory from back_range; the range is then left
-  // free with holes, every page still held and recorded.
-  status repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create);
+  // unmap each), then the range is backed as back_range backs it (with
+  // `may_stitch` false: by pool or new pages only, mapped nowhere else).
+  // Errors: the device's, or out_of_memory from back_range; the range is
+  // then left free with holes, every page still held and recorded.
+  status repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create,
+                      bool may_stitch);
   // Waits for the work queued on `arena`'s stream, then unmaps there every
   // page no block uses (pages left with no mapping go to the pool), and
   // lifts the fences no page is mapped on both sides of. Returns how many

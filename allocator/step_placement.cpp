@@ -124,7 +124,16 @@ std::optional<block_map::iterator> caching_allocator::repair_by_step(stream_stat
   }
   // On failure nothing is lost: the range stays free, partly unmapped, and
   // first fit goes on from there.
-  if (!pages_.repair_range(arena, best, size, !options_.wait_before_grow)) return std::nullopt;
+  // A range repaired again lost pages stitched into it to the requests
+  // that hold them elsewhere: idle pages stitched in now would be taken the
+  // same way (on an H200's Qwen2.5 snapshot the same two pages of the
+  // logits' range, every step, for ever). Its holes get pages mapped
+  // nowhere else (the pool's, or new: at most 1/rerepair_share of the
+  // range, once), which only this range uses.
+  const bool may_create = !options_.wait_before_grow;
+  if (!pages_.repair_range(arena, best, size, may_create, !(best_again && may_create))) {
+    return std::nullopt;
+  }
   auto it = blocks.free_block_holding(best, size);
   if (it == blocks.end()) return std::nullopt;
   it = blocks.allocate_at(it, best, size, requested);

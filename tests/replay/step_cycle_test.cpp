@@ -237,5 +237,27 @@ TEST(StepCycle, TheH100RecordingsSettleToNoDriverCall) {
   }
 }
 
+// The H200's Qwen2.5 recording settled to a cycle: every step re-repaired
+// the fp32 logits' range for the same two pages, because the idle pages
+// stitched into the holes were live elsewhere again a step later (5
+// driver calls a step, for ever). A range repaired again now takes pages
+// mapped nowhere else, and the step makes no driver call.
+TEST(StepCycle, TheH200QwenRecordingSettlesToNoDriverCall) {
+  auto t = read_trace(std::string(STRATA_SOURCE_DIR) +
+                          "/bench/traces/h200/qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle",
+                      0);
+  ASSERT_TRUE(t.ok()) << t.error().to_string();
+  replay_options o;
+  o.timeline = true;
+  auto r = replay(*t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  const auto& s = r->timeline.steady;
+  ASSERT_TRUE(s.found);
+  EXPECT_EQ(s.driver_calls, 0U) << steady_text(s);
+  EXPECT_LE(static_cast<double>(s.peak_reserved), 1.01 * static_cast<double>(s.peak_live))
+      << steady_text(s);
+  EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live));
+}
+
 }  // namespace
 }  // namespace strata::replay
