@@ -111,6 +111,13 @@ attempt<void*> caching_allocator::allocate_small(stream_state& st, std::size_t b
 }
 
 attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t bytes) {
+  // A parked block holds its range until its thread asks for that size
+  // again, which in training may be a step later, on the other thread (the
+  // backward pass runs on autograd's): placement must see every free range,
+  // or the step's requests miss their earlier ranges and stitch anew (an
+  // H200's GPT-2 remapped 1866 pages in its fifth step). A parked block
+  // still serves its thread's very next request of its size, lock-free.
+  reclaim_parked_on(st);
   const std::size_t size = size_classes::round(bytes);
   st.replay.reserve();  // before placing: a placed request is always recorded
   const std::size_t counterpart = st.replay.counterpart(size);

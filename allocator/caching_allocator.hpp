@@ -232,6 +232,9 @@ class caching_allocator {
   // cache's counters net it); false if the slot held none.
   bool reclaim_parked(thread_cache& tc);
   std::size_t reclaim_parked_slots();
+  // Takes back every block parked on `st`'s stream, whichever thread
+  // parked it.
+  void reclaim_parked_on(const stream_state& st);
   // Takes a block out of its holder's slot if it is lent (live); false if it
   // is parked (the caller already freed it).
   static bool unlend(block_info& b);

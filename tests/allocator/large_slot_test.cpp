@@ -151,6 +151,39 @@ TEST(LargeSlot, ParkedBlocksServeOtherThreadsWhenMemoryIsShort) {
   worker.join();
 }
 
+// A block parked in one thread's slot goes back to the arena when a large
+// request takes the locked path, so that another thread's request of
+// another size can have its range: in training the backward pass frees on
+// autograd's thread, and the next step's forward pass (the main thread)
+// wants those ranges again. Without that, the request maps new pages.
+TEST(LargeSlot, AnotherThreadsRequestOfAnotherSizeGetsTheParkedRange) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  void* parked = nullptr;
+  std::atomic<int> step{0};
+  std::thread worker([&] {  // alive, its slot holding the block, until step 2
+    auto p = a->malloc_async(48 * mib, nullptr);
+    EXPECT_TRUE(p.ok());
+    parked = p.ok() ? *p : nullptr;
+    EXPECT_TRUE(p.ok() && a->free_async(*p, nullptr).ok());  // parked in its slot
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  auto before = a->stats().to_map();
+  auto q = a->malloc_async(32 * mib, nullptr);
+  ASSERT_TRUE(q.ok()) << q.error().to_string();
+  EXPECT_EQ(*q, parked) << "the request did not get the parked block's range";
+  auto after = a->stats().to_map();
+  EXPECT_EQ(after.at("reserved_bytes.all.current"), before.at("reserved_bytes.all.current"))
+      << "the request mapped new pages";
+  EXPECT_EQ(after.at("allocation.all.current"), 1);
+  EXPECT_EQ(after.at("allocated_bytes.all.current"), 32 * mib);
+  EXPECT_TRUE(a->free_async(*q, nullptr).ok());
+  step = 2;
+  worker.join();
+}
+
 TEST(LargeSlot, ThreadExitReturnsTheParkedBlock) {
   auto a = make_allocator("sim:capacity=256MiB");
   ASSERT_TRUE(a);
