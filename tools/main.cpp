@@ -71,6 +71,9 @@ int main(int argc, char** argv) try {
                    "say what the last half of them added (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  replay->add_flag("--autograd-thread", ro.autograd_thread,
+                   "Issue a PyTorch snapshot's calls that have no Python frames (its autograd "
+                   "thread's: the backward pass) from a second thread, as training does");
 
   strata::plan_command_options po;
   auto* plan = app.add_subcommand(

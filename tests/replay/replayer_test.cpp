@@ -263,9 +263,15 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
     const char* name;
     std::size_t warmup;
     std::uint64_t most;
+    bool autograd_thread = false;
   };
+  // The backward pass's calls from a second thread, as in training: with
+  // each thread parking blocks in its own slot, GPT-2's second half made
+  // 2745 calls (37% added) until a locked large request took parked
+  // blocks back first.
   const replay_case cases[] = {{"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 300},
                                {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 1, 300},
+                               {"gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0, 300, true},
                                {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 0, 3000},
                                {"qwen2.5-0.5b_b4_s2048_amp_sdpa_pytorch2.11.pickle", 1, 4000}};
   for (const replay_case& c : cases) {
@@ -274,10 +280,12 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
     replay_options o;
     o.timeline = true;
     o.warmup = c.warmup;
+    o.autograd_thread = c.autograd_thread;
     auto r = replay(*t, o);
     ASSERT_TRUE(r.ok()) << r.error().to_string();
     EXPECT_LE(r->timeline.second_half_driver_calls, c.most)
-        << c.name << " warmup " << c.warmup << ": " << timeline_line(r->timeline);
+        << c.name << " warmup " << c.warmup << (c.autograd_thread ? " two threads" : "") << ": "
+        << timeline_line(r->timeline);
     // Nothing absorbs a delay in a snapshot: mapping each created page
     // once is part of what was added.
     EXPECT_GT(r->timeline.pages_created, 0U) << c.name;

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 
+#include "second_thread.hpp"
 #include "step_cycle.hpp"
 
 namespace strata::replay {
@@ -22,7 +24,16 @@ struct held {
 // One replay of `trace` up to `stop_after` ops on a fresh allocator.
 class run {
  public:
-  run(const alloc_trace& trace, allocator& a) : trace_(trace), a_(a) {}
+  // With `two_threads`, a trace that records frames has its calls without
+  // frames issued from a second thread (PyTorch records no Python frames
+  // for its autograd thread's calls: the backward pass's).
+  run(const alloc_trace& trace, allocator& a, bool two_threads) : trace_(trace), a_(a) {
+    if (two_threads && std::any_of(trace.ops.begin(), trace.ops.end(), [](const trace_op& op) {
+          return op.frames != trace_op::no_frames;
+        })) {
+      other_ = std::make_unique<second_thread>();
+    }
+  }
 
   // Replays; `on_op` is called after each op with the count so far. With
   // `pacer`, each op at its recorded time (the seeds before the clock starts).
@@ -115,10 +126,14 @@ class run {
     // The recording could not hand out a live address: the block there (a
     // warm-up pass's, or one whose free the trace lost) was freed before.
     if (auto old = live.find(op.addr); old != live.end()) release(old, false);
-    const auto t0 = std::chrono::steady_clock::now();
-    auto p = a_.try_malloc_async(op.size, *stream);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
+    result<void*> p = static_cast<void*>(nullptr);
+    std::chrono::steady_clock::duration took{};
+    on_thread_of(op, [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      p = a_.try_malloc_async(op.size, *stream);
+      took = std::chrono::steady_clock::now() - t0;
+    });
+    if (timed) call_ns.push_back(static_cast<std::uint32_t>(took.count()));
     if (!p) {
       if (p.code() != errc::out_of_memory) return p.error();
       ooms.push_back({index, op.size, a_.last_oom_report(), p.error().message()});
@@ -131,22 +146,54 @@ class run {
 
   void free(const trace_op& op, bool timed) {
     auto it = live.find(op.addr);
-    if (it != live.end()) release(it, timed);  // else its allocation failed (an OOM)
+    if (it != live.end()) release(it, timed, &op);  // else its allocation failed (an OOM)
   }
 
-  void release(std::unordered_map<std::uint64_t, held>::iterator it, bool timed) {
+  // Frees `it`'s block, from the thread of `op` (the free's own event;
+  // null: this thread).
+  void release(std::unordered_map<std::uint64_t, held>::iterator it, bool timed,
+               const trace_op* op = nullptr) {
     auto stream = stream_of(it->second.block.stream);
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)a_.try_free_async(it->second.ptr, stream ? *stream : nullptr);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (timed) call_ns.push_back(static_cast<std::uint32_t>((t1 - t0).count()));
+    std::chrono::steady_clock::duration took{};
+    const auto call = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)a_.try_free_async(it->second.ptr, stream ? *stream : nullptr);
+      took = std::chrono::steady_clock::now() - t0;
+    };
+    if (op != nullptr) {
+      on_thread_of(*op, call);
+    } else {
+      call();
+    }
+    if (timed) call_ns.push_back(static_cast<std::uint32_t>(took.count()));
     live_bytes -= it->second.block.size;
     live.erase(it);
+  }
+
+  // Runs `call` on the thread `op` was recorded on. The calls are issued
+  // one at a time, in order: on a timing-only device the modeled time goes
+  // with them from one thread to the other.
+  template <class Call>
+  void on_thread_of(const trace_op& op, const Call& call) {
+    if (other_ == nullptr || op.frames != trace_op::no_frames) {
+      call();
+      return;
+    }
+    device& dev = a_.dev();
+    const result<double> here = dev.modeled_clock();  // not_supported: real time
+    result<double> there = here;
+    other_->run([&] {
+      if (here) (void)dev.advance_modeled_clock(*here);
+      call();
+      if (here) there = dev.modeled_clock();
+    });
+    if (there) (void)dev.advance_modeled_clock(*there);
   }
 
   const alloc_trace& trace_;
   allocator& a_;
   std::unordered_map<std::uint64_t, void*> streams_;
+  std::unique_ptr<second_thread> other_;  // null: every call from this thread
 };
 
 result<std::unique_ptr<allocator>> make_allocator(const replay_options& o,
@@ -219,7 +266,7 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   plain.snapshot = false;
   auto made = make_allocator(plain, longer);
   if (!made) return made.error();
-  run steady(longer, **made);
+  run steady(longer, **made, options.autograd_thread);
   const std::size_t measured = (repeats + 1) / 2;
   const std::size_t tail_op = trace.ops.size() + (repeats - measured) * step->ops;
   timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
@@ -274,7 +321,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.granularity = a.dev().granularity();
 
   // Pass 1: everything, sampled.
-  run first(trace, a);
+  run first(trace, a, options.autograd_thread);
   const std::size_t n = trace.ops.size();
   const std::size_t every = std::max<std::size_t>(1, n / 2000);
   progress_bar bar(options.progress, n);
@@ -339,7 +386,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   plain.snapshot = false;
   auto again = make_allocator(plain, trace);
   if (!again) return again.error();
-  run second(trace, **again);
+  run second(trace, **again, options.autograd_thread);
   if (auto s = second.go(
           r.peak_op, false, [](std::size_t) {}, nullptr, options.warmup);
       !s) {

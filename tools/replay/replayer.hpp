@@ -57,6 +57,11 @@ struct replay_options {
   /// of them (timeline_result::steady): the steady state a job's later
   /// steps reach. 0: off. At most max_steady_repeats.
   std::size_t steady_repeats = 8;
+  /// Issue the calls a trace that records frames has without them (a
+  /// PyTorch snapshot's autograd-thread calls: the backward pass) from a
+  /// second thread, as a training step does; each thread then has its own
+  /// thread cache in Strata. Off: every call from one thread.
+  bool autograd_thread = false;
 };
 
 struct replay_sample {
