@@ -16,9 +16,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "strata_torch.h"
+
 namespace {
 
-using stream_t = struct CUstream_st*;
+using stream_t = strata_torch_stream;  // cudaStream_t, as the library declares it
 using alloc_fn = std::function<void*(std::size_t, int, stream_t)>;
 
 [[noreturn]] void fail(const std::string& what) {
@@ -51,8 +53,8 @@ int main(int argc, char** argv) {
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) fail(dlerror());
   // PyTorch passes the size as size_t; the C declaration takes ssize_t.
-  auto* raw = symbol<void*(ssize_t, int, stream_t)>(lib, "strata_torch_malloc_or_throw");
-  auto* free_fn = symbol<void(void*, ssize_t, int, stream_t)>(lib, "strata_torch_free");
+  auto* raw = symbol<decltype(strata_torch_malloc_or_throw)>(lib, "strata_torch_malloc_or_throw");
+  auto* free_fn = symbol<decltype(strata_torch_free)>(lib, "strata_torch_free");
   const alloc_fn alloc = [raw](std::size_t size, int device, stream_t stream) {
     return raw(static_cast<ssize_t>(size), device, stream);
   };
