@@ -138,6 +138,12 @@ std::string caching_allocator::summary_of(const allocator_stats& st) {
                 static_cast<long long>(st.num_device_waits),
                 static_cast<double>(st.device_wait_ns) * 1e-6);
   std::snprintf(line, sizeof line, "| %-36.36s | %-36.36s |\n", vm, waits);
+  o << line;
+  char locked[64];
+  std::snprintf(locked, sizeof locked, "Locked calls: %lld, %.1f ms",
+                static_cast<long long>(st.num_locked_calls),
+                static_cast<double>(st.locked_call_ns) * 1e-6);
+  std::snprintf(line, sizeof line, "| %-36.36s | %-36.36s |\n", locked, "");
   o << line << '|' << thick.substr(2) << "|\n";
   return o.str();
 }

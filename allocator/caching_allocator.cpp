@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <limits>
 #include <new>
 
@@ -333,12 +334,21 @@ status caching_allocator::defer_free(const located& where, stream_handle free_st
   return {};
 }
 
+void caching_allocator::count_locked_call(std::chrono::steady_clock::time_point start) {
+  ++stats_.num_locked_calls;
+  stats_.locked_call_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+}
+
 status caching_allocator::free(void* ptr) {
   if (ptr == nullptr) return {};
+  const auto start = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
   auto where = locate(ptr, "free");
-  if (!where) return where.error();
-  return defer_free(*where, {}, true);
+  status s = where ? defer_free(*where, {}, true) : where.error();
+  count_locked_call(start);
+  return s;
 }
 
 status caching_allocator::free_async_locked(void* ptr, void* native) {

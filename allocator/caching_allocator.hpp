@@ -42,6 +42,7 @@
 // everything but the fast path is serialized by one mutex.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -282,6 +283,10 @@ class caching_allocator {
   std::size_t drop_empty_slabs();
   static void link_slab(stream_state& st, slab& s);
   void count_free_request(const located& where);
+  // Counts a call that took the lock (num_locked_calls) and its wall time
+  // since `start`, taken before the lock (locked_call_ns). Call holding the
+  // lock. Cost: one clock read.
+  void count_locked_call(std::chrono::steady_clock::time_point start);
 
   // The parts, in the order they are built (and destroyed in reverse).
   spin_mutex mu_;  // serializes everything but the fast path

@@ -6,6 +6,7 @@
 // Everything else takes the mutex (caching_allocator.cpp).
 #include "caching_allocator.hpp"
 
+#include <chrono>
 #include <limits>
 
 namespace strata {
@@ -69,8 +70,11 @@ using slot_state = thread_cache::large_slot;
   } else if (!trace_.on() && tc.missed()) {
     adopt_cache(tc, stream);
   }
+  const auto start = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
-  return free_async_locked(ptr, stream);
+  status s = free_async_locked(ptr, stream);
+  count_locked_call(start);
+  return s;
 }
 
 result<void*> caching_allocator::malloc(std::size_t bytes) {

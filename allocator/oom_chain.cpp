@@ -6,6 +6,7 @@
 // request is retried once if they freed anything, and only then does the
 // OOM stand: counted, traced, logged once to stderr, kept as the last OOM.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -16,9 +17,12 @@ namespace strata {
 
 attempt<void*> caching_allocator::allocate_locked(thread_cache& tc, std::size_t bytes,
                                                   void* native) {
+  const auto start = std::chrono::steady_clock::now();
   std::lock_guard lock(mu_);
   if (tc.owned_by(caches_.serial())) unpark(tc);  // keeps this thread's peaks exact
-  return allocate(bytes, native);
+  attempt<void*> r = allocate(bytes, native);
+  count_locked_call(start);
+  return r;
 }
 
 void caching_allocator::unpark(thread_cache& tc) {

@@ -180,6 +180,13 @@ def child(args):
         result["stitches"] = stats.get("num_stitches", 0)
         result["driver_calls"] = stats.get("driver_calls.all", 0)
         result["device_wait_ms"] = stats.get("device_wait_ns", 0) / 1e6
+        # The host's cost beyond the fast path, per timed step (steps 2 on).
+        if len(per_step) > 1:
+            done = len(per_step) - 1
+            result["locked_calls_per_step"] = (per_step[-1].get("num_locked_calls", 0) -
+                                               per_step[0].get("num_locked_calls", 0)) / done
+            result["locked_call_ms_per_step"] = (per_step[-1].get("locked_call_ns", 0) -
+                                                 per_step[0].get("locked_call_ns", 0)) / done / 1e6
         result["per_step_cumulative"] = per_step
     else:
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
@@ -337,6 +344,9 @@ def print_mode(m, r):
     if "stitches" in r:
         line += (f", {r['stitches']} stitches, {r['driver_calls']} driver calls, "
                  f"{r['device_wait_ms']:.1f} ms of waits")
+        if "locked_call_ms_per_step" in r:
+            line += (f", {r['locked_calls_per_step']:.0f} locked calls a step taking "
+                     f"{r['locked_call_ms_per_step']:.1f} ms")
     if r.get("oom"):
         line += f"; OOM: {r['oom']}"
     if r.get("profile_error"):

@@ -19,6 +19,9 @@
 //                                  kind, with their time (device.hpp)
 //   device_wait_ns                 time the allocator's own calls (allocate,
 //                                  free, trim) spent waiting for device work
+//   num_locked_calls,              allocations and frees that took the lock,
+//   locked_call_ns                 and their wall time (the host's cost of
+//                                  the allocator beyond its fast path)
 // Cost: updates are a few integer operations, no allocation.
 //
 // Thread safety: a plain value; the allocator serializes its own copy and
@@ -96,18 +99,22 @@ struct stat_array {
   X(inactive_split_bytes, "mapped bytes not under active blocks") \
   X(requested_bytes, "the callers' sizes of allocated blocks")
 /// The plain counters (counter_list.hpp), by their PyTorch names.
-#define STRATA_ALLOCATOR_COUNTERS(X)                                      \
-  X(num_alloc_retries, "allocations retried after freeing cached memory") \
-  X(num_ooms, "allocations that failed")                                  \
-  X(num_sync_all_streams, "device synchronizations for frees")            \
-  X(num_device_alloc, "pages created")                                    \
-  X(num_device_free, "pages released")                                    \
-  X(num_stitches, "requests backed partly by pages moved from holes")     \
-  X(stitched_bytes, "bytes of those moved pages")                         \
-  X(num_device_waits,                                                     \
-    "waits for device work inside the allocator's calls (events, "        \
-    "device synchronizations)")                                           \
-  X(device_wait_ns, "their time in ns on the device's host_clock")
+#define STRATA_ALLOCATOR_COUNTERS(X)                                        \
+  X(num_alloc_retries, "allocations retried after freeing cached memory")   \
+  X(num_ooms, "allocations that failed")                                    \
+  X(num_sync_all_streams, "device synchronizations for frees")              \
+  X(num_device_alloc, "pages created")                                      \
+  X(num_device_free, "pages released")                                      \
+  X(num_stitches, "requests backed partly by pages moved from holes")       \
+  X(stitched_bytes, "bytes of those moved pages")                           \
+  X(num_device_waits,                                                       \
+    "waits for device work inside the allocator's calls (events, "          \
+    "device synchronizations)")                                             \
+  X(device_wait_ns, "their time in ns on the device's host_clock")          \
+  X(num_locked_calls,                                                       \
+    "allocations and frees the thread caches did not serve (they took the " \
+    "allocator's lock)")                                                    \
+  X(locked_call_ns, "their wall time in ns, the wait for the lock included")
 
 struct STRATA_API allocator_stats {
 #define STRATA_STAT_ARRAY_MEMBER(name, what) stat_array name;

@@ -52,6 +52,31 @@ TEST(LargeSlot, SameSizeReuseKeepsStatsExact) {
   EXPECT_EQ(m.at("allocation.all.freed"), 3);
 }
 
+// The host's cost beyond the fast path: every allocation and free that
+// takes the lock is counted and timed; the slot's lock-free reuse is not.
+TEST(LargeSlot, OnlyCallsThatTakeTheLockAreCountedAndTimed) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  auto p = a->malloc_async(16 * mib, nullptr);  // locked: a new block
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(a->free_async(*p, nullptr).ok());  // locked: parked in the slot
+  auto m = a->stats().to_map();
+  EXPECT_EQ(m.at("num_locked_calls"), 2);
+  EXPECT_GT(m.at("locked_call_ns"), 0);
+  const auto ns = m.at("locked_call_ns");
+  for (int i = 0; i < 100; ++i) {  // the slot: no lock
+    auto q = a->malloc_async(16 * mib, nullptr);
+    ASSERT_TRUE(q.ok());
+    ASSERT_TRUE(a->free_async(*q, nullptr).ok());
+  }
+  m = a->stats().to_map();
+  EXPECT_EQ(m.at("num_locked_calls"), 2);
+  EXPECT_EQ(m.at("locked_call_ns"), ns);
+  EXPECT_NE(a->memory_summary().find("Locked calls: 2,"), std::string::npos) << a->memory_summary();
+  EXPECT_FALSE(a->free_async(reinterpret_cast<void*>(0x10), nullptr).ok());  // foreign: locked
+  EXPECT_EQ(a->stats().to_map().at("num_locked_calls"), 3);
+}
+
 // Blocks above the slab limit (512 KiB) but within small_size (1 MiB) live
 // in the large arena, use the slot, and count in the small_pool stats.
 TEST(LargeSlot, SlotBlocksWithinSmallSizeCountInTheSmallPool) {
