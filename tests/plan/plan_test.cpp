@@ -384,7 +384,9 @@ TEST(PlanCalibration, PyTorchAllocatorModelsMatchTheSnapshots) {
       const double gib = static_cast<double>(model.peak_reserved()) / (1ULL << 30);
       const double want =
           m == pytorch_allocator_model::mode::native ? c.native_gib : c.expandable_gib;
-      if (want > 0) EXPECT_NEAR(gib, want, 0.005 * want) << c.file;
+      if (want > 0) {
+        EXPECT_NEAR(gib, want, 0.005 * want) << c.file;
+      }
     }
   }
 }
