@@ -118,7 +118,7 @@ attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t b
   // or the step's requests miss their earlier ranges and stitch anew (an
   // H200's GPT-2 remapped 1866 pages in its fifth step). A parked block
   // still serves its thread's very next request of its size, lock-free.
-  reclaim_parked_on(st);
+  (void)reclaim_parked_slots(&st);
   const std::size_t size = size_classes::round(bytes);
   st.replay.reserve();  // before placing: a placed request is always recorded
   const std::size_t counterpart = st.replay.counterpart(size);

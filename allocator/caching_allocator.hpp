@@ -232,10 +232,9 @@ class caching_allocator {
   // Takes `tc`'s parked block back into its arena (stats untouched: the
   // cache's counters net it); false if the slot held none.
   bool reclaim_parked(thread_cache& tc);
-  std::size_t reclaim_parked_slots();
-  // Takes back every block parked on `st`'s stream, whichever thread
-  // parked it.
-  void reclaim_parked_on(const stream_state& st);
+  // Takes back every parked block (only those on `only`'s stream, when
+  // given), whichever thread parked it; returns how many.
+  std::size_t reclaim_parked_slots(const stream_state* only = nullptr);
   // Takes a block out of its holder's slot if it is lent (live); false if it
   // is parked (the caller already freed it).
   static bool unlend(block_info& b);

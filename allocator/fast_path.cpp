@@ -134,15 +134,12 @@ bool caching_allocator::reclaim_parked(thread_cache& tc) {
   return true;
 }
 
-void caching_allocator::reclaim_parked_on(const stream_state& st) {
-  for (thread_cache* tc : caches_.caches()) {
-    if (tc->stream() == st.stream.native) (void)reclaim_parked(*tc);
-  }
-}
-
-std::size_t caching_allocator::reclaim_parked_slots() {
+std::size_t caching_allocator::reclaim_parked_slots(const stream_state* only) {
   std::size_t n = 0;
-  for (thread_cache* tc : caches_.caches()) n += reclaim_parked(*tc) ? 1 : 0;
+  for (thread_cache* tc : caches_.caches()) {
+    if (only != nullptr && tc->stream() != only->stream.native) continue;
+    n += reclaim_parked(*tc) ? 1 : 0;
+  }
   return n;
 }
 

@@ -224,6 +224,14 @@ result<std::unique_ptr<allocator>> make_allocator(const replay_options& o,
   }
 }
 
+// The mean of the last `n` entries of `v` (all of them if fewer); 0 if none.
+double mean_of_last(const std::vector<std::uint32_t>& v, std::size_t n) {
+  n = std::min(n, v.size());
+  if (n == 0) return 0;
+  return std::accumulate(v.end() - static_cast<std::ptrdiff_t>(n), v.end(), 0.0) /
+         static_cast<double>(n);
+}
+
 double percentile(std::vector<std::uint32_t>& v, double q) {
   if (v.empty()) return 0;
   const auto k = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1));
@@ -287,12 +295,7 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   out.measured_ms = static_cast<double>(measured) * out.step_ms;
   out.added_ms = t->second_half_added_ms;
   out.driver_calls = t->second_half_driver_calls;
-  const std::size_t tail = std::min(steady.call_ns.size(), measured * step->ops);
-  if (tail > 0) {
-    out.cpu_ns_per_call = std::accumulate(steady.call_ns.end() - static_cast<std::ptrdiff_t>(tail),
-                                          steady.call_ns.end(), 0.0) /
-                          static_cast<double>(tail);
-  }
+  out.cpu_ns_per_call = mean_of_last(steady.call_ns, measured * step->ops);
   out.peak_live = peak_live;
   out.peak_reserved = static_cast<std::uint64_t>((*made)->counters().reserved_bytes[pool_all].peak);
   return {};
@@ -369,10 +372,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.calls = first.call_ns.size();
   r.cpu_ns_median = percentile(first.call_ns, 0.5);
   r.cpu_ns_p99 = percentile(first.call_ns, 0.99);
-  if (!first.call_ns.empty()) {
-    r.cpu_ns_mean = std::accumulate(first.call_ns.begin(), first.call_ns.end(), 0.0) /
-                    static_cast<double>(first.call_ns.size());
-  }
+  r.cpu_ns_mean = mean_of_last(first.call_ns, first.call_ns.size());
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
   made->reset();
