@@ -180,13 +180,15 @@ def child(args):
         result["stitches"] = stats.get("num_stitches", 0)
         result["driver_calls"] = stats.get("driver_calls.all", 0)
         result["device_wait_ms"] = stats.get("device_wait_ns", 0) / 1e6
-        # The host's cost beyond the fast path, per timed step (steps 2 on).
+        # The host's cost beyond the fast path: the median over steps 2 on,
+        # as for the step time (step 2 still pays the warm-up's driver calls,
+        # which a mean would spread over the steady steps).
         if len(per_step) > 1:
-            done = len(per_step) - 1
-            result["locked_calls_per_step"] = (per_step[-1].get("num_locked_calls", 0) -
-                                               per_step[0].get("num_locked_calls", 0)) / done
-            result["locked_call_ms_per_step"] = (per_step[-1].get("locked_call_ns", 0) -
-                                                 per_step[0].get("locked_call_ns", 0)) / done / 1e6
+            def per_step_median(key, scale=1.0):
+                return statistics.median((b.get(key, 0) - a.get(key, 0)) * scale
+                                         for a, b in zip(per_step, per_step[1:]))
+            result["locked_calls_per_step"] = per_step_median("num_locked_calls")
+            result["locked_call_ms_per_step"] = per_step_median("locked_call_ns", 1e-6)
         result["per_step_cumulative"] = per_step
     else:
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
