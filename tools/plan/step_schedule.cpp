@@ -153,8 +153,15 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
       }
     }
     if (s.checkpointing) {
-      // Only the input stays; the rest is recomputed in backward.
-      ids = {b.alloc(category::activations, p.checkpoint)};
+      // Only the layer's output stays, the next one's input (under amp the
+      // fp32 residual, the last tensor made); the rest is recomputed in
+      // backward.
+      if (passing && b.bytes_of(*passing) == p.checkpoint) {
+        ids = {*passing};
+        passing.reset();
+      } else {
+        ids = {b.alloc(category::activations, p.checkpoint)};
+      }
     }
     if (passing) b.free(*passing);
     saved.push_back(std::move(ids));
@@ -198,6 +205,62 @@ void release_logits(builder& b, held_logits& held, std::uint32_t logits) {
   }
 }
 
+// Checkpointing's recompute: the layer's forward again, tensor by tensor
+// as the forward pass makes them (one that passes goes once the next is
+// made), keeping what its backward needs and autocast's weight casts.
+// Returns the kept tensors in the order made.
+std::vector<std::uint32_t> recompute_layer(builder& b, const layer_plan& p) {
+  std::vector<std::uint32_t> kept;
+  std::optional<std::uint32_t> passing;
+  for (const layer_op& op : p.ops) {
+    const std::uint32_t id = b.alloc(category::activations, op.bytes);
+    if (passing) b.free(*passing);
+    passing.reset();
+    if (op.kept || op.weight_cast) {
+      kept.push_back(id);
+    } else {
+      passing = id;
+    }
+  }
+  if (passing) b.free(*passing);
+  return kept;
+}
+
+// The backward through a recomputed layer (the checkpointed snapshot's
+// pattern: a stream of transient gradients the size of the tensors they
+// flow through, none larger): from the last tensor kept to the first, the
+// gradient through it is made, the one before goes, then the tensor.
+// `at_first_linear` runs where the backward reaches the layer's last
+// linear (its first weight cast from the end; at once without casts):
+// there the snapshot makes the layer's weight gradients, among the freed
+// transients rather than in the large blocks the loss left free. The
+// weight casts go last, with the layer.
+template <class AtFirstLinear>
+void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32_t>& kept,
+                  AtFirstLinear at_first_linear) {
+  std::optional<std::uint32_t> grad;
+  std::vector<std::uint32_t> casts;
+  bool linear_seen = false;
+  std::size_t k = kept.size();
+  for (auto op = p.ops.rbegin(); op != p.ops.rend(); ++op) {
+    if (!op->kept && !op->weight_cast) continue;
+    const std::uint32_t id = kept[--k];
+    if (op->weight_cast) {
+      casts.push_back(id);
+      if (!linear_seen) at_first_linear();
+      linear_seen = true;
+      continue;
+    }
+    const std::uint32_t g = b.alloc(category::activations, op->bytes);
+    if (grad) b.free(*grad);
+    b.free(id);
+    grad = g;
+  }
+  if (!linear_seen) at_first_linear();
+  if (grad) b.free(*grad);
+  for (const std::uint32_t id : casts) b.free(id);
+}
+
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
               std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
               const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads,
@@ -219,13 +282,25 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     b.free(head.back());  // the log-softmax
     const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
     b.free(dsoftmax);
-    dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
+    // The head's matmul: the gradients of its bf16 weight cast and of its
+    // bf16 input; the logits' gradient goes; the input's flows back to
+    // fp32 through its cast; then the weight's fp32 gradient (and the rest
+    // outside the layers) is made from the cast's (the checkpointed
+    // snapshot's order: the logits' gradient is gone before the weight's
+    // 147 MiB is placed).
+    const std::uint64_t th = tokens * s.model.hidden;
+    const std::uint32_t dweight_cast =
+        b.alloc(category::activations, 2 * s.model.vocab * s.model.hidden);
+    const std::uint32_t dinput_cast = b.alloc(category::activations, 2 * th);
+    b.free(dlogits);
+    dhidden = b.alloc(category::activations, 4 * th);
+    b.free(dinput_cast);
     if (micro == 0) {  // the head's (or tied embedding's) gradient, and the rest outside
       for (const std::uint64_t g : p.outer_grads_made) {
         made_grads.push_back(b.alloc(category::gradients, g));
       }
     }
-    b.free(dlogits);
+    b.free(dweight_cast);
     release_logits(b, held, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
@@ -240,23 +315,34 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
   for (std::uint64_t l = layers; l-- > 0;) {
     b.phase("backward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l > 0);
-    std::vector<std::uint32_t> recomputed;
-    if (s.checkpointing) {
-      for (const std::uint64_t t : p.saved) recomputed.push_back(b.alloc(category::activations, t));
-    }
-    const std::uint32_t scratch = b.alloc(category::activations, p.scratch);
-    std::uint32_t layer_grads = 0;
-    if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
-    // Plain PyTorch: the layer's gradients appear now (accumulated into by
-    // later micro-batches) and live to the next step's zero_grad.
-    if (micro == 0) {
+    if (s.checkpointing && micro == 0) {
       for (const std::uint64_t g : p.layer_grads_made) {
         made_grads.push_back(b.alloc(category::gradients, g));
       }
     }
-    for (const std::uint32_t id : recomputed) b.free(id);
+    // With checkpointing the layer's forward runs again first, as in the
+    // forward pass, keeping what its backward needs.
+    const std::vector<std::uint32_t> recomputed =
+        s.checkpointing ? recompute_layer(b, p) : std::vector<std::uint32_t>{};
+    std::optional<std::uint32_t> scratch;
+    if (!s.checkpointing) scratch = b.alloc(category::activations, p.scratch);
+    std::uint32_t layer_grads = 0;
+    if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
+    // Plain PyTorch: the layer's gradients appear now (accumulated into by
+    // later micro-batches) and live to the next step's zero_grad.
+    const auto make_grads = [&] {
+      if (micro != 0) return;
+      for (const std::uint64_t g : p.layer_grads_made) {
+        made_grads.push_back(b.alloc(category::gradients, g));
+      }
+    };
+    if (s.checkpointing) {
+      unwind_layer(b, p, recomputed, [] {});
+    } else {
+      make_grads();
+    }
     for (const std::uint32_t id : saved[l]) b.free(id);
-    b.free(scratch);
+    if (scratch) b.free(*scratch);
     if (p.layer_grads > 0) b.free(layer_grads);  // reduce-scattered into its fp32 partition
     gathers.end(mine);
   }
