@@ -184,15 +184,26 @@ TEST(StepCycle, ATimelineReportsTheSteadyState) {
   EXPECT_GT(s.peak_live, 0U);
   EXPECT_GE(s.peak_reserved, s.peak_live);
   EXPECT_GT(s.cpu_ns_per_call, 0.0) << "the repeats' calls were timed";
+  // Single-threaded, the replay's calls bind its thread cache: some take
+  // the fast path, and those that take the lock are counted and timed.
+  EXPECT_GT(s.locked_calls, 0U);
+  EXPECT_LE(s.locked_calls, s.measured * s.step_ops);
+  EXPECT_GT(s.locked_call_ns, 0U);
+  EXPECT_GT(s.locked_fraction(), 0.0);
+  EXPECT_LE(s.locked_fraction(), 1.0);
+  EXPECT_NEAR(s.ns_per_locked_call(),
+              static_cast<double>(s.locked_call_ns) / static_cast<double>(s.locked_calls), 1e-9);
   EXPECT_NE(steady_text(s).find("x live"), std::string::npos) << steady_text(s);
   EXPECT_NE(steady_text(s).find(" ns a call"), std::string::npos) << steady_text(s);
+  EXPECT_NE(steady_text(s).find("% locked, "), std::string::npos) << steady_text(s);
   const std::string text = report_text(t, *r);
   EXPECT_NE(text.find("timeline: steady state"), std::string::npos) << text;
   EXPECT_NE(text.find(steady_text(s)), std::string::npos) << text;
   const std::string json = report_json(t, *r);
   for (const char* key :
        {R"("steady":{"step_calls":)", R"("measured_repeats":3)", R"("cpu_ns_per_call":)",
-        R"("peak_reserved_bytes":)", R"("peak_live_bytes":)"}) {
+        R"("locked_fraction":)", R"("ns_per_locked_call":)", R"("peak_reserved_bytes":)",
+        R"("peak_live_bytes":)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
 

@@ -56,6 +56,8 @@ std::string steady_json(const timeline_result::steady_state& s) {
          ",\"added_fraction\":" + number(s.added_fraction()) +
          ",\"driver_calls\":" + std::to_string(s.driver_calls) +
          ",\"cpu_ns_per_call\":" + number(s.cpu_ns_per_call) +
+         ",\"locked_fraction\":" + number(s.locked_fraction()) +
+         ",\"ns_per_locked_call\":" + number(s.ns_per_locked_call()) +
          ",\"peak_reserved_bytes\":" + std::to_string(s.peak_reserved) +
          ",\"peak_live_bytes\":" + std::to_string(s.peak_live) + "}";
 }
@@ -80,7 +82,9 @@ std::string steady_text(const timeline_result::steady_state& s) {
          " ms) repeated " + std::to_string(s.repeats) + " times after the trace: the last " +
          std::to_string(s.measured) + " added " + fixed(100 * s.added_fraction(), 2) + "%, " +
          std::to_string(s.driver_calls) + " driver calls, " + fixed(s.cpu_ns_per_call, 0) +
-         " ns a call; peak reserved " + ratio(s.peak_reserved, s.peak_live) + " x live";
+         " ns a call (" + fixed(100 * s.locked_fraction(), 0) + "% locked, " +
+         fixed(s.ns_per_locked_call(), 0) + " ns each); peak reserved " +
+         ratio(s.peak_reserved, s.peak_live) + " x live";
 }
 
 std::string printable(std::string_view s) {

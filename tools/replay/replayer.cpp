@@ -279,10 +279,14 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   const std::size_t tail_op = trace.ops.size() + (repeats - measured) * step->ops;
   timeline_pacer pacer((*made)->dev(), longer, options.gpu_lag_ms, tail_op);
   std::uint64_t peak_live = 0;
+  allocator_stats at_tail{};  // the counters where the measured repeats begin
   if (auto s = steady.go(
           longer.ops.size(), true,
-          [&](std::size_t) { peak_live = std::max(peak_live, steady.live_bytes); }, &pacer,
-          options.warmup);
+          [&](std::size_t done) {
+            peak_live = std::max(peak_live, steady.live_bytes);
+            if (done == tail_op) at_tail = (*made)->counters();
+          },
+          &pacer, options.warmup);
       !s) {
     return s;
   }
@@ -296,8 +300,11 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   out.added_ms = t->second_half_added_ms;
   out.driver_calls = t->second_half_driver_calls;
   out.cpu_ns_per_call = mean_of_last(steady.call_ns, measured * step->ops);
+  const allocator_stats at_end = (*made)->counters();
+  out.locked_calls = static_cast<std::uint64_t>(at_end.num_locked_calls - at_tail.num_locked_calls);
+  out.locked_call_ns = static_cast<std::uint64_t>(at_end.locked_call_ns - at_tail.locked_call_ns);
   out.peak_live = peak_live;
-  out.peak_reserved = static_cast<std::uint64_t>((*made)->counters().reserved_bytes[pool_all].peak);
+  out.peak_reserved = static_cast<std::uint64_t>(at_end.reserved_bytes[pool_all].peak);
   return {};
 }
 

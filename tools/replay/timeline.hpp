@@ -55,20 +55,33 @@ struct timeline_result {
   // The steady state (replay_options::steady_repeats, step_cycle.hpp): the
   // trace's last step repeated after it, and what the last repeats added.
   struct steady_state {
-    bool tried = false;               // repeats were asked for
-    bool found = false;               // the trace ends in a repeated step, and it was repeated
-    std::size_t step_ops = 0;         // the step's calls (found, or too long to repeat)
-    double step_ms = 0;               // its recorded span
-    std::size_t repeats = 0;          // replayed after the trace
-    std::size_t measured = 0;         // the last ones, measured
-    double measured_ms = 0;           // their recorded time
-    double added_ms = 0;              // what the allocator added over them
-    std::uint64_t driver_calls = 0;   // memory driver calls made in them
-    double cpu_ns_per_call = 0;       // the mean wall time of their calls (the host's cost)
-    std::uint64_t peak_live = 0;      // over the trace and the repeats (bytes)
-    std::uint64_t peak_reserved = 0;  // Strata's, over the same
+    bool tried = false;                // repeats were asked for
+    bool found = false;                // the trace ends in a repeated step, and it was repeated
+    std::size_t step_ops = 0;          // the step's calls (found, or too long to repeat)
+    double step_ms = 0;                // its recorded span
+    std::size_t repeats = 0;           // replayed after the trace
+    std::size_t measured = 0;          // the last ones, measured
+    double measured_ms = 0;            // their recorded time
+    double added_ms = 0;               // what the allocator added over them
+    std::uint64_t driver_calls = 0;    // memory driver calls made in them
+    double cpu_ns_per_call = 0;        // the mean wall time of their calls (the host's cost)
+    std::uint64_t locked_calls = 0;    // of them, those the thread caches did not serve
+    std::uint64_t locked_call_ns = 0;  // and their wall time (num_locked_calls, locked_call_ns)
+    std::uint64_t peak_live = 0;       // over the trace and the repeats (bytes)
+    std::uint64_t peak_reserved = 0;   // Strata's, over the same
     [[nodiscard]] double added_fraction() const {
       return measured_ms > 0 ? added_ms / measured_ms : 0;
+    }
+    /// The share of the measured calls that took the allocator's lock.
+    [[nodiscard]] double locked_fraction() const {
+      const double calls = static_cast<double>(measured * step_ops);
+      return calls > 0 ? static_cast<double>(locked_calls) / calls : 0;
+    }
+    /// The mean wall time of a locked call (ns).
+    [[nodiscard]] double ns_per_locked_call() const {
+      return locked_calls > 0
+                 ? static_cast<double>(locked_call_ns) / static_cast<double>(locked_calls)
+                 : 0;
     }
   } steady;
 };
