@@ -365,7 +365,11 @@ status caching_allocator::free_async_locked(void* ptr, void* native) {
   if (other_stream || recorded) return defer_free(*where, stream, false);
   if (park(*where, native)) return {};
   count_free_request(*where);
-  finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
+  if (where->s != nullptr) {
+    finish_free(*where->owner, *where->arena, reinterpret_cast<std::uintptr_t>(ptr));
+  } else {
+    finish_free_block(*where->owner, *where->arena, where->block);
+  }
   return {};
 }
 
@@ -394,7 +398,12 @@ void caching_allocator::finish_free(stream_state& st, stream_arena& arena, std::
     return_to_slab(st, arena, s, static_cast<std::uint32_t>(s.index_of(addr)));
     return;
   }
-  auto it = arena.blocks().find_in_use(addr);
+  finish_free_block(st, arena, arena.blocks().find_in_use(addr));
+}
+
+void caching_allocator::finish_free_block(stream_state& st, stream_arena& arena,
+                                          block_map::iterator it) {
+  const std::uintptr_t addr = it->first;
   const block_info& b = it->second;
   const stat_pool pool = b.requested <= options_.small_size ? pool_small : pool_large;
   stats_.active.add(pool, -1);

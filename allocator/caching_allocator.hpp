@@ -276,6 +276,9 @@ class caching_allocator {
                            std::size_t requested);
   status defer_free(const located& where, stream_handle free_stream, bool device_wide);
   void finish_free(stream_state& st, stream_arena& arena, std::uintptr_t addr);
+  // The same for a block of a large arena already found (`it`, in use):
+  // no second lookup by address.
+  void finish_free_block(stream_state& st, stream_arena& arena, block_map::iterator it);
   static void unlink_slab(stream_state& st, slab& s);
   void destroy_slab(stream_state& st, stream_arena& arena, slab& s);
   // Destroys every slab with no live object; returns how many.

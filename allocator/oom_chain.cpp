@@ -40,7 +40,7 @@ void caching_allocator::unpark(thread_cache& tc) {
   where.block->second.holder = nullptr;
   where.block->second.requested = requested;
   count_free_request(where);
-  finish_free(st, *where.arena, ls.addr);
+  finish_free_block(st, *where.arena, where.block);
 }
 
 result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size_t bytes,

@@ -12,11 +12,12 @@ std::uint32_t page_table::add(page_run run) {
   if (free_ids_.empty()) {
     id = static_cast<std::uint32_t>(pages_.size());
     pages_.emplace_back();
+    runs_.emplace_back();
   } else {
     id = free_ids_.back();
     free_ids_.pop_back();
   }
-  pages_[id].run = run;  // remove() left the entry as a new page
+  runs_[id] = run;  // remove() left the entry as a new page
   pages_[id].held = true;
   return id;
 }
@@ -24,8 +25,9 @@ std::uint32_t page_table::add(page_run run) {
 page_run page_table::remove(std::uint32_t id) {
   page& p = pages_[id];
   assert(p.maps.empty() && p.live == 0 && !p.listed);
-  const page_run run = p.run;
+  const page_run run = runs_[id];
   p = page{};
+  runs_[id] = page_run{};
   free_ids_.push_back(id);
   return run;
 }
@@ -156,6 +158,7 @@ void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_
 
 bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) {
   page& p = pages_[id];
+  if (p.maps.size() < 2) return true;  // mapped once at most: no shadow
   const bool epoch_done = p.freed_in == nullptr || p.freed_in->idle(p.freed_epoch);
   bool left = false;
   for (page_mapping& m : p.maps) {

@@ -63,7 +63,7 @@ class page_table {
   std::uint32_t add(page_run run);
   /// Forgets a page that has no mapping (being released); returns its run.
   page_run remove(std::uint32_t id);
-  [[nodiscard]] const page_run& run(std::uint32_t id) const { return pages_[id].run; }
+  [[nodiscard]] const page_run& run(std::uint32_t id) const { return runs_[id]; }
   [[nodiscard]] const std::vector<page_mapping>& mappings(std::uint32_t id) const {
     return pages_[id].maps;
   }
@@ -119,8 +119,9 @@ class page_table {
   }
 
  private:
+  // What block_live/block_dead touch, in one cache line a page (the page
+  // runs, needed only to map and release, are apart in runs_).
   struct page {
-    page_run run;
     std::vector<page_mapping> maps;
     std::uint32_t live = 0;
     std::uint32_t active = none;       // index into maps while live > 0
@@ -155,6 +156,7 @@ class page_table {
 
   std::size_t granularity_;
   std::vector<page> pages_;
+  std::vector<page_run> runs_;  // by page id, beside pages_
   std::vector<std::uint32_t> free_ids_;
   std::uint32_t idle_head_ = none;
   std::uint32_t idle_tail_ = none;
