@@ -143,9 +143,14 @@ void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_
       assert(p.maps[p.active].arena == &arena && p.maps[p.active].index == i);
       continue;
     }
+    unlist_idle(id);
+    if (p.maps.size() == 1) {  // its one mapping is this one: no shadow, no look at it
+      p.active = 0;
+      assert(p.maps[0].arena == &arena && p.maps[0].index == i && !p.maps[0].shadowed);
+      continue;
+    }
     p.active = mapping_at(p, arena, i);
     assert(p.active != none && !p.maps[p.active].shadowed);
-    unlist_idle(id);
     for (std::size_t k = 0; k < p.maps.size(); ++k) {
       page_mapping& m = p.maps[k];
       if (k == p.active || m.shadowed) continue;

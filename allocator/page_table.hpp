@@ -120,8 +120,9 @@ class page_table {
 
  private:
   // What block_live/block_dead touch, in one cache line a page (the page
-  // runs, needed only to map and release, are apart in runs_).
-  struct page {
+  // runs, needed only to map and release, are apart in runs_; unaligned,
+  // a page straddled two lines and every walk missed twice).
+  struct alignas(64) page {
     std::vector<page_mapping> maps;
     std::uint32_t live = 0;
     std::uint32_t active = none;       // index into maps while live > 0
@@ -155,6 +156,7 @@ class page_table {
   bool lift_shadows(std::uint32_t id, std::vector<shadow_run>& out);
 
   std::size_t granularity_;
+  static_assert(sizeof(page) == 64, "a page is one cache line");
   std::vector<page> pages_;
   std::vector<page_run> runs_;  // by page id, beside pages_
   std::vector<std::uint32_t> free_ids_;
