@@ -242,16 +242,17 @@ void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32
   std::vector<std::uint32_t> casts;
   bool linear_seen = false;
   std::size_t k = kept.size();
-  for (auto op = p.ops.rbegin(); op != p.ops.rend(); ++op) {
-    if (!op->kept && !op->weight_cast) continue;
+  for (std::size_t j = p.ops.size(); j-- > 0;) {
+    const layer_op& op = p.ops[j];
+    if (!op.kept && !op.weight_cast) continue;
     const std::uint32_t id = kept[--k];
-    if (op->weight_cast) {
+    if (op.weight_cast) {
       casts.push_back(id);
       if (!linear_seen) at_first_linear();
       linear_seen = true;
       continue;
     }
-    const std::uint32_t g = b.alloc(category::activations, op->bytes);
+    const std::uint32_t g = b.alloc(category::activations, op.bytes);
     if (grad) b.free(*grad);
     b.free(id);
     grad = g;

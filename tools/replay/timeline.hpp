@@ -74,7 +74,7 @@ struct timeline_result {
     }
     /// The share of the measured calls that took the allocator's lock.
     [[nodiscard]] double locked_fraction() const {
-      const double calls = static_cast<double>(measured * step_ops);
+      const auto calls = static_cast<double>(measured * step_ops);
       return calls > 0 ? static_cast<double>(locked_calls) / calls : 0;
     }
     /// The mean wall time of a locked call (ns).
