@@ -230,17 +230,10 @@ std::vector<std::uint32_t> recompute_layer(builder& b, const layer_plan& p) {
 // pattern: a stream of transient gradients the size of the tensors they
 // flow through, none larger): from the last tensor kept to the first, the
 // gradient through it is made, the one before goes, then the tensor.
-// `at_first_linear` runs where the backward reaches the layer's last
-// linear (its first weight cast from the end; at once without casts):
-// there the snapshot makes the layer's weight gradients, among the freed
-// transients rather than in the large blocks the loss left free. The
-// weight casts go last, with the layer.
-template <class AtFirstLinear>
-void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32_t>& kept,
-                  AtFirstLinear at_first_linear) {
+// The weight casts go last, with the layer.
+void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32_t>& kept) {
   std::optional<std::uint32_t> grad;
   std::vector<std::uint32_t> casts;
-  bool linear_seen = false;
   std::size_t k = kept.size();
   for (std::size_t j = p.ops.size(); j-- > 0;) {
     const layer_op& op = p.ops[j];
@@ -248,8 +241,6 @@ void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32
     const std::uint32_t id = kept[--k];
     if (op.weight_cast) {
       casts.push_back(id);
-      if (!linear_seen) at_first_linear();
-      linear_seen = true;
       continue;
     }
     const std::uint32_t g = b.alloc(category::activations, op.bytes);
@@ -257,7 +248,6 @@ void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32
     b.free(id);
     grad = g;
   }
-  if (!linear_seen) at_first_linear();
   if (grad) b.free(*grad);
   for (const std::uint32_t id : casts) b.free(id);
 }
@@ -316,30 +306,28 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
   for (std::uint64_t l = layers; l-- > 0;) {
     b.phase("backward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l > 0);
-    if (s.checkpointing && micro == 0) {
-      for (const std::uint64_t g : p.layer_grads_made) {
-        made_grads.push_back(b.alloc(category::gradients, g));
-      }
-    }
-    // With checkpointing the layer's forward runs again first, as in the
-    // forward pass, keeping what its backward needs.
-    const std::vector<std::uint32_t> recomputed =
-        s.checkpointing ? recompute_layer(b, p) : std::vector<std::uint32_t>{};
-    std::optional<std::uint32_t> scratch;
-    if (!s.checkpointing) scratch = b.alloc(category::activations, p.scratch);
-    std::uint32_t layer_grads = 0;
-    if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
-    // Plain PyTorch: the layer's gradients appear now (accumulated into by
-    // later micro-batches) and live to the next step's zero_grad.
+    // Plain PyTorch: the layer's gradients appear in its backward
+    // (accumulated into by later micro-batches) and live to the next
+    // step's zero_grad. Where in it moves no figure of the calibration
+    // runs (tried: before the recompute, at the first linear, after it).
     const auto make_grads = [&] {
       if (micro != 0) return;
       for (const std::uint64_t g : p.layer_grads_made) {
         made_grads.push_back(b.alloc(category::gradients, g));
       }
     };
+    std::uint32_t layer_grads = 0;
+    std::optional<std::uint32_t> scratch;  // without checkpointing: the gradients' working room
     if (s.checkpointing) {
-      unwind_layer(b, p, recomputed, [] {});
+      // The layer's forward runs again first, as in the forward pass,
+      // keeping what its backward needs; then its backward.
+      make_grads();
+      const std::vector<std::uint32_t> recomputed = recompute_layer(b, p);
+      if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
+      unwind_layer(b, p, recomputed);
     } else {
+      scratch = b.alloc(category::activations, p.scratch);
+      if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
       make_grads();
     }
     for (const std::uint32_t id : saved[l]) b.free(id);
