@@ -119,6 +119,21 @@ layer_plan plan_layer(const plan_setup& s) {
   return p;
 }
 
+// Makes a layer's forward tensors in order. `keep(op, id)` takes a tensor
+// that stays (true); one it leaves passes, freed once the next is made.
+// Returns the last passing tensor, still live.
+template <class Keep>
+std::optional<std::uint32_t> make_layer_ops(builder& b, const layer_plan& p, Keep keep) {
+  std::optional<std::uint32_t> passing;
+  for (const layer_op& op : p.ops) {
+    const std::uint32_t id = b.alloc(category::activations, op.bytes);
+    if (passing) b.free(*passing);
+    passing.reset();
+    if (!keep(op, id)) passing = id;
+  }
+  return passing;
+}
+
 void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
              std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits,
              std::vector<std::uint32_t>& head, held_logits& held) {
@@ -137,21 +152,18 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l + 1 < layers);
-    // Each tensor in order; one that passes is freed once the next is made.
     std::vector<std::uint32_t> ids;
-    std::optional<std::uint32_t> passing;
-    for (const layer_op& op : p.ops) {
-      const std::uint32_t id = b.alloc(category::activations, op.bytes);
-      if (passing) b.free(*passing);
-      passing.reset();
-      if (s.checkpointing && op.weight_cast) {
-        casts.push_back(id);
-      } else if (op.kept && !s.checkpointing) {
-        ids.push_back(id);
-      } else {
-        passing = id;
-      }
-    }
+    std::optional<std::uint32_t> passing =
+        make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
+          if (s.checkpointing && op.weight_cast) {
+            casts.push_back(id);
+          } else if (op.kept && !s.checkpointing) {
+            ids.push_back(id);
+          } else {
+            return false;
+          }
+          return true;
+        });
     if (s.checkpointing) {
       // Only the layer's output stays, the next one's input (under amp the
       // fp32 residual, the last tensor made); the rest is recomputed in
@@ -211,17 +223,12 @@ void release_logits(builder& b, held_logits& held, std::uint32_t logits) {
 // Returns the kept tensors in the order made.
 std::vector<std::uint32_t> recompute_layer(builder& b, const layer_plan& p) {
   std::vector<std::uint32_t> kept;
-  std::optional<std::uint32_t> passing;
-  for (const layer_op& op : p.ops) {
-    const std::uint32_t id = b.alloc(category::activations, op.bytes);
-    if (passing) b.free(*passing);
-    passing.reset();
-    if (op.kept || op.weight_cast) {
-      kept.push_back(id);
-    } else {
-      passing = id;
-    }
-  }
+  const std::optional<std::uint32_t> passing =
+      make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
+        if (!op.kept && !op.weight_cast) return false;
+        kept.push_back(id);
+        return true;
+      });
   if (passing) b.free(*passing);
   return kept;
 }
