@@ -128,7 +128,7 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
     out += "  peak reserved       " + format_bytes(m.peak_reserved) + "\n";
   }
   // The same tensors under PyTorch's own allocators: estimates (within
-  // 7% of the calibration runs without checkpointing, 15% over with it,
+  // 7% of the calibration runs, with checkpointing and without,
   // docs/plan.md), so only "does not fit" is a verdict.
   const auto under = [&](const char* name, std::uint64_t reserved) {
     return std::string("  ") + name + "about " + format_bytes(reserved) +

@@ -145,25 +145,37 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
   layer_gathers gathers(b, p.gathered);
   if (p.outer_gathered > 0) b.free(outer);
-  // With checkpointing the forward keeps nothing for backward (each tensor
-  // goes at its last use), but autocast's cache holds the weights' casts
-  // until the loss is made and autocast exits.
+  // With checkpointing the forward keeps nothing for backward: a tensor
+  // backward would have kept is one of the layer's locals instead, gone
+  // when the layer's forward returns (the checkpointed snapshot: the
+  // norms' outputs, the first residual and the dropped attention output
+  // go at the layer's end), and the others go at their last use. The
+  // GELU's intermediates go sooner in the snapshot (two 96 MiB at a time,
+  // not three): held to the layer's end here, they stand for the
+  // 96 MiB blocks the snapshot's forward leaves free, which PyTorch's
+  // allocator then places the first step's gradients in. Autocast's
+  // cache holds the weights' casts until the loss is made and autocast
+  // exits.
   std::vector<std::uint32_t> casts;
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l + 1 < layers);
     std::vector<std::uint32_t> ids;
+    std::vector<std::uint32_t> held_in_layer;
     std::optional<std::uint32_t> passing =
         make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
           if (s.checkpointing && op.weight_cast) {
             casts.push_back(id);
           } else if (op.kept && !s.checkpointing) {
             ids.push_back(id);
+          } else if (op.kept && s.checkpointing) {
+            held_in_layer.push_back(id);  // a local of the layer's forward
           } else {
             return false;
           }
           return true;
         });
+    for (const std::uint32_t id : held_in_layer) b.free(id);
     if (s.checkpointing) {
       // Only the layer's output stays, the next one's input (under amp the
       // fp32 residual, the last tensor made); the rest is recomputed in
