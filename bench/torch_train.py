@@ -28,6 +28,14 @@ round's ratio:
 
     torch train: rounds, step strata / native: R1, R2, ...
 
+The run is the calibration's (../shared/calibration/scripts/train.py): the
+model under --attn (sdpa, or eager), optionally with LoRA adapters of rank
+--lora on the attention projections (peft: attn.c_attn and attn.c_proj for
+GPT-2, q/k/v/o_proj for Qwen2.5), autocast bf16 over fp32 weights (--precision
+amp) or plain fp32 (fp32), AdamW over the trainable parameters, and the
+loop's `out = model(...)`: the previous step's output, its logits with it,
+goes when the next forward returns. `strata plan` models that loop.
+
 --snapshot PATH makes the native run record PyTorch's memory history from
 the weights on and write it as a snapshot (torch.cuda.memory._dump_snapshot),
 as the shared H100 snapshots were made: `strata replay` replays it and
@@ -84,8 +92,8 @@ def model_config(name, seq):
                      "qwen2.5-1.5b)")
 
 
-def missing():
-    """Why this machine cannot run the harness, or None."""
+def missing(lora=False):
+    """Why this machine cannot run the harness (with LoRA: peft too), or None."""
     try:
         import torch
     except ImportError:
@@ -96,6 +104,11 @@ def missing():
         import transformers  # noqa: F401
     except ImportError:
         return "transformers is not installed"
+    if lora:
+        try:
+            import peft  # noqa: F401
+        except ImportError:
+            return "peft is not installed (--lora needs it)"
     return None
 
 
@@ -124,35 +137,47 @@ def child(args):
             torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
     torch.manual_seed(0)
     cfg = model_config(args.model, args.seq)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").cuda()
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn).cuda()
     if args.checkpointing:
         model.gradient_checkpointing_enable()
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+
+        # The attention projections only, as `strata plan --lora` models
+        # them (the calibration's train.py also matched GPT-2's mlp.c_proj).
+        targets = (["attn.c_attn", "attn.c_proj"] if args.model.startswith("gpt2")
+                   else ["q_proj", "k_proj", "v_proj", "o_proj"])
+        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora,
+                                                 target_modules=targets, lora_dropout=0.0))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4)
     data = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
                          generator=torch.Generator().manual_seed(1)).cuda()
     _, total = torch.cuda.mem_get_info()
     times, host, losses, used, per_step = [], [], [], [], []
 
+    # The loop's `out`: the previous step's output is dropped when the next
+    # forward returns, as the calibration loop's `out = model(...)` does.
+    held = {}
+
     def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(input_ids=data, labels=data)
-        out.loss.backward()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "amp"):
+            held["out"] = model(input_ids=data, labels=data)
+        held["out"].loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return out
 
     try:
         for _ in range(args.steps):
             torch.cuda.synchronize()
             start = time.perf_counter()
-            out = step()
+            step()
             # The host has queued the whole step: near the step time, the
             # host (the allocator among it) is what the GPU waits for.
             host.append(time.perf_counter() - start)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
-            losses.append(out.loss.item())
+            losses.append(held["out"].loss.item())
             free, _ = torch.cuda.mem_get_info()
             used.append(total - free)
             if args.child == "strata":  # per step: is the steady state free of driver calls?
@@ -230,7 +255,8 @@ def run_mode(mode, args, stacks="python"):
                                          "libstrata_preload.so")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--model", args.model,
            "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
-           "--limit-gib", str(args.limit_gib), "--build", args.build]
+           "--limit-gib", str(args.limit_gib), "--build", args.build, "--attn", args.attn,
+           "--lora", str(args.lora), "--precision", args.precision]
     if args.checkpointing:
         cmd.append("--checkpointing")
     if args.profile:
@@ -267,6 +293,12 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--limit-gib", type=float, default=0.0)
     p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa",
+                   help="transformers' attention implementation")
+    p.add_argument("--lora", type=int, default=0,
+                   help="LoRA rank on the attention projections (peft); 0: full fine-tuning")
+    p.add_argument("--precision", choices=("amp", "fp32"), default="amp",
+                   help="autocast bf16 over fp32 weights, or plain fp32")
     p.add_argument("--profile", action="store_true",
                    help="profile one more step per mode: GPU kernel time against the step's span")
     p.add_argument("--snapshot", help="native mode: write its PyTorch memory snapshot (the "
@@ -286,10 +318,12 @@ def main():
         raise SystemExit("torch_train: --steps must be at least 2 (the first is not timed)")
     if not 1 <= args.rounds <= 16:
         raise SystemExit("torch_train: --rounds must be 1 to 16")
+    if not 0 <= args.lora <= 4096:
+        raise SystemExit("torch_train: --lora must be a rank of 0 to 4096 (0: no adapters)")
     if args.child:
         child(args)
         return
-    why = missing()
+    why = missing(args.lora > 0)
     if why:
         print(f"torch train: skipped: {why}")
         return

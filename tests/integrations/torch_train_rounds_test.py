@@ -1,7 +1,8 @@
 """bench/torch_train.py --rounds: the modes run interleaved, a mode's step
 time is the median of its rounds' medians, each round's ratio is printed,
 and --json keeps every round. The children are stubbed (no GPU needed):
-run_mode returns what a child would print."""
+run_mode returns what a child would print. Also: the run's options
+(--attn, --lora, --precision) reach each child's command line."""
 
 import contextlib
 import io
@@ -42,7 +43,7 @@ class RoundsTest(unittest.TestCase):
         out = io.StringIO()
         saved = (torch_train.run_mode, torch_train.missing, sys.argv)
         torch_train.run_mode = run_mode
-        torch_train.missing = lambda: None
+        torch_train.missing = lambda lora=False: None
         sys.argv = ["torch_train.py"] + argv
         try:
             with contextlib.redirect_stdout(out):
@@ -73,6 +74,41 @@ class RoundsTest(unittest.TestCase):
         self.assertNotIn("rounds", text)
         self.assertIn("  native     step 150.0 ms", text)
         self.assertIn("torch train: step strata / native 1.067;", text)
+
+    def test_the_runs_options_reach_the_child(self):
+        seen = {}
+
+        class Done:
+            returncode = 0
+            stdout = '{"mode": "native"}\n'
+            stderr = ""
+
+        def run(cmd, **_kwargs):
+            seen["cmd"] = cmd
+            return Done()
+
+        saved = torch_train.subprocess.run
+        torch_train.subprocess.run = run
+        try:
+            args = torch_train.argparse.Namespace(
+                model="gpt2", batch=2, seq=256, steps=3, limit_gib=0.0, build="b",
+                attn="eager", lora=8, precision="fp32", checkpointing=True, profile=False,
+                snapshot=None)
+            self.assertEqual(torch_train.run_mode("native", args), {"mode": "native"})
+        finally:
+            torch_train.subprocess.run = saved
+        cmd = " ".join(seen["cmd"])
+        for part in ("--child native", "--attn eager", "--lora 8", "--precision fp32",
+                     "--checkpointing"):
+            self.assertIn(part, cmd)
+
+    def test_bad_options_are_refused(self):
+        with self.assertRaises(SystemExit) as e:
+            self.run_main(["--lora", "-1"])
+        self.assertIn("--lora must be a rank of 0 to 4096", str(e.exception))
+        for bad in (["--attn", "flash"], ["--precision", "fp16"]):
+            with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                self.run_main(bad)
 
     def test_bad_rounds_are_refused(self):
         for bad in ("0", "17"):
