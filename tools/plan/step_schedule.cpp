@@ -37,10 +37,9 @@ struct layer_plan {
   std::uint64_t outer_gathered = 0;  // ZeRO-3: the embedding and head
   std::uint64_t layer_grads = 0;     // ZeRO-3: one layer's whole gradients, before reduce-scatter
   std::uint64_t buckets = 0;         // gradient buckets' staging (0: views)
-  std::vector<std::uint64_t> saved;  // what a layer keeps for backward
   std::vector<layer_op> ops;         // what its forward makes, in order
   std::uint64_t checkpoint = 0;      // with checkpointing: the layer's input
-  std::uint64_t scratch = 0;         // backward's activation gradients
+  std::uint64_t scratch = 0;         // without checkpointing: backward's activation gradients
   // Plain PyTorch: the gradients' tensors (bytes) each layer's backward
   // makes, and the head's (the outer parameters'); empty otherwise.
   std::vector<std::uint64_t> layer_grads_made;
@@ -98,9 +97,6 @@ layer_plan plan_layer(const plan_setup& s) {
   // bucket-sized staging buffers (Strata's 25 MiB buckets, double-buffered).
   if (s.zero > 0 && s.zero < 3 && s.optimizer != offload_to::none) p.buckets = 2 * (25ULL << 20);
   p.ops = layer_forward_ops(s);
-  for (const layer_op& op : p.ops) {
-    if (op.kept) p.saved.push_back(op.bytes);
-  }
   // The layer's input: bf16, or fp32 (fp32, and amp's residual stream).
   p.checkpoint =
       (s.dtype == precision::bf16_mixed ? 2 : 4) * s.micro_batch * s.seq * s.model.hidden;
@@ -114,8 +110,10 @@ layer_plan plan_layer(const plan_setup& s) {
         p.outer_grads_made.push_back(n * w);
     }
   }
-  const std::uint64_t largest = *std::max_element(p.saved.begin(), p.saved.end());
-  p.scratch = 2 * largest;
+  // Twice the largest tensor the layer keeps (a weight's cast is one too).
+  for (const layer_op& op : p.ops) {
+    if (op.kept) p.scratch = std::max(p.scratch, 2 * op.bytes);
+  }
   return p;
 }
 
@@ -164,14 +162,13 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     std::vector<std::uint32_t> held_in_layer;
     std::optional<std::uint32_t> passing =
         make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
-          if (s.checkpointing && op.weight_cast) {
-            casts.push_back(id);
-          } else if (op.kept && !s.checkpointing) {
+          if (!op.kept) return false;  // a weight's cast is kept too
+          if (!s.checkpointing) {
             ids.push_back(id);
-          } else if (op.kept && s.checkpointing) {
-            held_in_layer.push_back(id);  // a local of the layer's forward
+          } else if (op.weight_cast) {
+            casts.push_back(id);
           } else {
-            return false;
+            held_in_layer.push_back(id);  // a local of the layer's forward
           }
           return true;
         });
@@ -237,7 +234,7 @@ std::vector<std::uint32_t> recompute_layer(builder& b, const layer_plan& p) {
   std::vector<std::uint32_t> kept;
   const std::optional<std::uint32_t> passing =
       make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
-        if (!op.kept && !op.weight_cast) return false;
+        if (!op.kept) return false;  // a weight's cast is kept too
         kept.push_back(id);
         return true;
       });
@@ -256,7 +253,7 @@ void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32
   std::size_t k = kept.size();
   for (std::size_t j = p.ops.size(); j-- > 0;) {
     const layer_op& op = p.ops[j];
-    if (!op.kept && !op.weight_cast) continue;
+    if (!op.kept) continue;
     const std::uint32_t id = kept[--k];
     if (op.weight_cast) {
       casts.push_back(id);
