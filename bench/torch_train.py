@@ -41,6 +41,12 @@ the weights on and write it as a snapshot (torch.cuda.memory._dump_snapshot),
 as the shared H100 snapshots were made: `strata replay` replays it and
 `strata plan` is calibrated against such runs.
 
+--strata-trace PATH makes the strata run keep Strata's event trace
+(STRATA_CONF trace_buffer, docs/allocator.md, "Event trace": every call,
+mapping and stitch, with its time) and write it here as JSON. With the
+trace on, every call takes the locked path, so the step times are not
+Strata's.
+
 --json keeps every step's time, host time and loss and, for strata,
 Strata's memory_stats() after each step (`per_step_cumulative`: driver
 calls and their time by kind, stitches, waits), so a steady state that
@@ -70,6 +76,8 @@ MODES = ("native", "expandable", "strata", "preload")
 FRAMES_BUG = "returned NULL without setting an exception"
 FRAMES_BUG_NOTE = "PyTorch 2.11 with checkpointing, like pytorch/pytorch#179536"
 GIB = 2**30
+# --strata-trace's ring: every event of about 16 Qwen2.5-0.5B steps.
+TRACE_CONF = "trace_buffer:1000000"
 
 
 def model_config(name, seq):
@@ -184,6 +192,10 @@ def child(args):
                 per_step.append(strata_torch.memory_stats())
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
+    if args.strata_trace and args.child == "strata":
+        with open(args.strata_trace, "w") as f:
+            json.dump(strata_torch.trace(), f)
+        result["strata_trace"] = args.strata_trace
     if snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
@@ -250,6 +262,8 @@ def run_mode(mode, args, stacks="python"):
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if mode == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if mode == "strata" and args.strata_trace:
+        env["STRATA_CONF"] = ",".join(c for c in (env.get("STRATA_CONF"), TRACE_CONF) if c)
     if mode == "preload":
         env["LD_PRELOAD"] = os.path.join(args.build, "integrations", "preload",
                                          "libstrata_preload.so")
@@ -261,6 +275,8 @@ def run_mode(mode, args, stacks="python"):
         cmd.append("--checkpointing")
     if args.profile:
         cmd.append("--profile")
+    if args.strata_trace:
+        cmd += ["--strata-trace", args.strata_trace]
     if args.snapshot:
         cmd += ["--snapshot", args.snapshot, "--snapshot-stacks", stacks]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -306,6 +322,8 @@ def main():
     p.add_argument("--snapshot-stacks", choices=("python", "none"), default="python",
                    help="the snapshot's frames: Python's (default; where PyTorch fails a "
                    "checkpointed run with them, the run is repeated without) or none")
+    p.add_argument("--strata-trace", help="strata mode: write Strata's event trace (every "
+                   "call, mapping and stitch) here as JSON")
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--rounds", type=int, default=1,
                    help="run the modes this many times, interleaved; a mode's step is the "

@@ -156,6 +156,10 @@ char* strata_torch_snapshot_json(int device) {
   return text_of(device, [](strata::allocator& a) { return a.snapshot_json(); });
 }
 
+char* strata_torch_trace_json(int device) {
+  return text_of(device, [](strata::allocator& a) { return a.trace_json(); });
+}
+
 char* strata_torch_last_oom_report(int device) {
   return text_of(device, [](strata::allocator& a) { return a.last_oom_report(); });
 }

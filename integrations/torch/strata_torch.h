@@ -64,6 +64,9 @@ STRATA_TORCH_API void strata_torch_init(int device_count);
  * when Strata is off or the device has no allocator yet. */
 STRATA_TORCH_API char* strata_torch_stats_json(int device);
 STRATA_TORCH_API char* strata_torch_snapshot_json(int device);
+/* The event trace (docs/allocator.md, "Event trace"): empty unless
+ * STRATA_CONF sets trace_buffer:N. */
+STRATA_TORCH_API char* strata_torch_trace_json(int device);
 STRATA_TORCH_API char* strata_torch_last_oom_report(int device);
 /* The table of torch.cuda.memory_summary(). */
 STRATA_TORCH_API char* strata_torch_memory_summary(int device);

@@ -69,6 +69,11 @@ for bad in ("cpu", "cuda:x", "cuda:-1", 1.5):
     except strata_torch.StrataTorchError as e:
         check("not a CUDA device" in str(e), f"unclear error: {e}")
 check(isinstance(strata_torch.snapshot(), dict), "snapshot")
+# The event trace (ctest sets trace_buffer:64): the 3 MiB allocation is in it.
+trace = strata_torch.trace()
+check(trace["capacity"] == 64, f"trace capacity {trace.get('capacity')}")
+check(any(e["action"] == "alloc" and e["size"] == 3 << 20 and int(e["address"], 16) == p
+          for e in trace["events"]), f"the allocation is not in the trace: {trace['events']}")
 check(strata_torch.last_oom_report() is None, "an OOM report before any OOM")
 lib.strata_torch_free(p, 3 << 20, 0, None)
 strata_torch.empty_cache()

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import enums, errors
 from ._allocator import (empty_cache, install, installed, last_oom_report, memory_stats,
-                         memory_summary, out_of_memory_errors, snapshot)
+                         memory_summary, out_of_memory_errors, snapshot, trace)
 from ._placement import PLACES, placements
 from .errors import OffloadError, OptionError, PlacementError, StrataError, StrataTorchError
 
@@ -44,6 +44,7 @@ __all__ = [
     "out_of_memory_errors",
     "placements",
     "snapshot",
+    "trace",
 ]
 
 

@@ -154,6 +154,13 @@ def snapshot(device: Device = None) -> Dict[str, Any]:
     return json.loads(_text("strata_torch_snapshot_json", device))
 
 
+def trace(device: Device = None) -> Dict[str, Any]:
+    """Strata's event trace (docs/allocator.md, "Event trace") as a dict:
+    the last N allocations, frees, mappings and stitches where STRATA_CONF
+    sets trace_buffer:N, else no events."""
+    return json.loads(_text("strata_torch_trace_json", device))
+
+
 def last_oom_report(device: Device = None) -> Optional[Dict[str, Any]]:
     """The last OOM report as a dict, or None."""
     return json.loads(_text("strata_torch_last_oom_report", device))

@@ -54,6 +54,7 @@ _SIGNATURES: Dict[str, Dict[str, Tuple[Any, List[Any]]]] = {
         "strata_torch_empty_cache": (None, []),
         "strata_torch_stats_json": (_vp, [_int]),
         "strata_torch_snapshot_json": (_vp, [_int]),
+        "strata_torch_trace_json": (_vp, [_int]),
         "strata_torch_last_oom_report": (_vp, [_int]),
         "strata_torch_memory_summary": (_vp, [_int]),
         "strata_torch_string_free": (None, [_vp]),
