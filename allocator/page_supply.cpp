@@ -267,47 +267,6 @@ status page_supply::unmap_at(stream_arena& arena, std::size_t index) {
   return {};
 }
 
-void page_supply::drop_fences(stream_arena& arena) {
-  // A fence may go when no page is mapped on both of its sides (in the two
-  // segments it separates): a block could then never span two mappings of
-  // one page.
-  const std::vector<std::uintptr_t> fences(arena.blocks().fences().begin(),
-                                           arena.blocks().fences().end());
-  std::uintptr_t segment_start = arena.base();
-  std::vector<std::uint32_t> before;
-  std::vector<std::uint32_t> after;
-  const auto mapped_ids = [&](std::uintptr_t from, std::uintptr_t to,
-                              std::vector<std::uint32_t>& out) {
-    out.clear();
-    if (to <= from) return;
-    const std::size_t last = arena.page_of(to - 1) + 1;
-    for (std::size_t i = arena.next_mapped(arena.page_of(from), last); i < last;
-         i = arena.next_mapped(i + 1, last)) {
-      out.push_back(arena.page(i));
-    }
-    std::sort(out.begin(), out.end());
-  };
-  for (std::size_t k = 0; k < fences.size(); ++k) {
-    const std::uintptr_t f = fences[k];
-    const std::uintptr_t next =
-        k + 1 < fences.size() ? fences[k + 1] : arena.base() + arena.bytes();
-    mapped_ids(segment_start, f, before);
-    mapped_ids(f, next, after);
-    // Pages straddling the fence are on both sides and are one mapping.
-    std::vector<std::uint32_t> shared;
-    std::set_intersection(before.begin(), before.end(), after.begin(), after.end(),
-                          std::back_inserter(shared));
-    const bool straddles = shared.size() == 1 && f % granularity_ != 0 &&
-                           arena.is_mapped(arena.page_of(f)) &&
-                           arena.page(arena.page_of(f)) == shared.front();
-    if (shared.empty() || straddles) {
-      arena.blocks().drop_fence(f);
-    } else {
-      segment_start = f;
-    }
-  }
-}
-
 bool page_supply::unmap_everywhere(std::uint32_t id) {
   const std::vector<page_mapping> maps = table_.mappings(id);
   for (const page_mapping& m : maps) {

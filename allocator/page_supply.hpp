@@ -92,6 +92,13 @@ class page_supply {
   // then left free with holes, every page still held and recorded.
   status repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes, bool may_create,
                       bool may_stitch);
+  // Makes [addr, addr+bytes) of `arena`, free address space split by
+  // fences, one free block: lifts each fence inside it that no page is
+  // mapped on both sides of (fence_lift.cpp). True when none is left
+  // inside; false, lifting nothing, when a block in the range is not free.
+  // No device call. Cost: the pages mapped in the segments on either side
+  // of each fence, sorted.
+  bool lift_fences_in(stream_arena& arena, std::uintptr_t addr, std::size_t bytes);
   // Waits for the work queued on `arena`'s stream, then unmaps there every
   // page no block uses (pages left with no mapping go to the pool), and
   // lifts the fences no page is mapped on both sides of. Returns how many
@@ -149,8 +156,12 @@ class page_supply {
   // what did not unmap) if the device refuses.
   bool unmap_everywhere(std::uint32_t id);
   void count_kind(std::uint32_t id, int sign);
-  // Lifts the fences of `arena` that no page is mapped on both sides of.
+  // Lifts the fences of `arena` that no page is mapped on both sides of
+  // (fence_lift.cpp).
   void drop_fences(stream_arena& arena);
+  // Lifts the fence at `f` of `arena` if no page is mapped on both of its
+  // sides (in the two segments it separates); true if it went.
+  bool lift_fence(stream_arena& arena, std::uintptr_t f);
 
   device& dev_;
   event_pool& events_;

@@ -2,7 +2,9 @@
 // address its counterpart got one step ago when that range is free and
 // mapped, else two, three or four steps ago (a block that outlives its step
 // is still live one step later, and its range then repeats every two
-// steps). A replayed request maps nothing. When no such range is free and
+// steps); a fence inside such a range, left by the other layout's stitch,
+// is lifted where no page is mapped on both of its sides (fence_lift.cpp).
+// A replayed request maps nothing. When no such range is free and
 // mapped, the one that is free but for a few pages live elsewhere is
 // repaired (page_repair.cpp) if that maps at most half the pages first fit
 // would, or at most 1/128 of the range: the request keeps its address, so
@@ -64,6 +66,11 @@ std::optional<block_map::iterator> caching_allocator::place_by_step(stream_state
        ++steps, c = st.replay.previous(c)) {
     const std::uintptr_t want = st.replay.address(c);
     auto it = blocks.free_block_holding(want, size);
+    // Free but cut by a fence the other layout's stitch left: lifted where
+    // no page is mapped on both sides.
+    if (it == blocks.end() && pages_.lift_fences_in(arena, want, size)) {
+      it = blocks.free_block_holding(want, size);
+    }
     if (it == blocks.end() || !(it->second.mapped || arena.fully_mapped(want, size))) continue;
     st.replay.count(true);
     if (!st.replay.repeating()) return std::nullopt;
