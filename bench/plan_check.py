@@ -5,7 +5,9 @@
 
 Each run (RUNS below: other sizes, eager attention, LoRA, fp32,
 checkpointing) trains a few steps under PyTorch's allocator and its
-expandable segments (bench/torch_train.py, the calibration's loop), and
+expandable segments (bench/torch_train.py, the calibration's loop; the
+native run's memory snapshot is kept beside its JSON, so a figure that
+misses can be traced allocation by allocation), and
 `strata plan` plans the same job. Per run it prints the measured peak
 allocated and reserved bytes beside the plan's, as plan / measured, then
 
@@ -117,7 +119,8 @@ def main():
         for name, model, batch, seq, opts in RUNS:
             subprocess.run([sys.executable, os.path.join(HERE, "torch_train.py"),
                             *train_args(model, batch, seq, opts), "--build", args.build,
-                            "--json", os.path.join(folder, f"{name}.json")], check=False)
+                            "--json", os.path.join(folder, f"{name}.json"),
+                            "--snapshot", os.path.join(folder, f"{name}.pickle")], check=False)
     ratios = {"allocated": [], "default": [], "expandable": []}
     print("plan check: plan / measured (GiB)")
     for name, model, batch, seq, opts in RUNS:

@@ -129,9 +129,126 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
   return out;
 }
 
-std::vector<std::uint64_t> amp_layer_tensors(const plan_setup& s) {
+// Without autocast, as autograd keeps it: fp32 training (4-byte tensors)
+// or bf16 weights and activations (2-byte; DeepSpeed's and FSDP's bf16).
+// No casts, so each linear keeps its input itself (one tensor for Q, K
+// and V, or gate and up). Statistics and the log-sum-exp stay fp32,
+// dropout masks one byte. Against the amp list: GPT-2's tanh GeLU keeps
+// its input, tanh's output, 1 + tanh, 0.5 x and the product (each
+// elementwise op saves what its backward needs; a scalar multiply saves
+// nothing); RMSNorm keeps x * rstd (for the weight's multiply) and its
+// output, and in bf16 its fp32 copy of x; rotary passes four tensors and
+// keeps the rotated Q and K; the key/value cache copies K and V
+// (transformers' DynamicCache concatenates onto an empty tensor). sdpa
+// here is flash or the memory-efficient kernel (fp32): output and
+// log-sum-exp.
+std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
+  const model_shape& m = s.model;
+  const std::uint64_t t = s.micro_batch * s.seq;  // tokens
+  const std::uint64_t h = m.hidden;
+  const std::uint64_t f = m.ffn;
+  const std::uint64_t kv = kv_width(m);
+  const std::uint64_t scores = m.heads * s.seq * t;
+  const bool cache = !s.checkpointing;
+  const std::uint64_t e = s.dtype == precision::fp32 ? 4 : 2;  // bytes per element
+  std::vector<layer_op> out;
+  const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
+  const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
+  const auto attention = [&] {
+    if (s.flash_attention) {
+      keep(e * t * h);        // output, the o projection's input
+      keep(4 * t * m.heads);  // log-sum-exp
+    } else {
+      pass(e * scores);  // Q K^T
+      keep(e * scores);  // softmax output
+      if (m.out_bias) {
+        keep(scores);      // its dropout mask
+        keep(e * scores);  // the dropped probabilities, for the matmul with V
+      }
+      keep(e * t * h);  // output, transposed for the o projection
+    }
+  };
+  // transformers' RMSNorm: x in fp32, x * rstd, the weight's multiply.
+  const auto rms_norm = [&] {
+    if (e == 2) {
+      keep(4 * t * h);  // x's fp32 copy, kept for x * rstd
+      pass(4 * t * h);  // its square
+      keep(4 * t);      // rstd
+      pass(4 * t * h);  // x * rstd
+      keep(2 * t * h);  // cast back, kept for the weight's multiply
+    } else {
+      pass(4 * t * h);  // the square
+      keep(4 * t);      // rstd
+      keep(4 * t * h);  // x * rstd, kept for the weight's multiply
+    }
+    keep(e * t * h);  // the output
+  };
+  if (!m.gated_ffn) {
+    keep(e * t * h);             // ln_1's output, c_attn's input
+    keep(8 * t);                 // its mean and rstd
+    keep(e * t * (h + 2 * kv));  // Q, K, V
+    if (cache) {
+      keep(e * t * kv);  // the cache's K
+      keep(e * t * kv);  // and V
+    }
+    attention();
+    pass(e * t * h);  // c_proj's output
+    keep(t * h);      // dropout mask
+    pass(e * t * h);  // the dropped output
+    keep(e * t * h);  // residual
+    keep(e * t * h);  // ln_2's output, c_fc's input
+    keep(8 * t);      // its mean and rstd
+    keep(e * t * f);  // c_fc's output, the GeLU's x
+    pass(e * t * f);  // x^3
+    pass(e * t * f);  // 0.044715 x^3
+    pass(e * t * f);  // x + 0.044715 x^3
+    pass(e * t * f);  // tanh's input
+    keep(e * t * f);  // tanh's output
+    keep(e * t * f);  // 1 + tanh
+    keep(e * t * f);  // 0.5 x
+    keep(e * t * f);  // the GeLU's output, c_proj's input
+    pass(e * t * h);  // c_proj's output
+    keep(t * h);      // dropout mask
+    pass(e * t * h);  // the dropped output
+    keep(e * t * h);  // residual
+  } else {
+    rms_norm();        // the input norm: the Q, K and V projections' input
+    pass(e * t * h);   // Q
+    pass(e * t * h);   // Q cos
+    pass(e * t * h);   // rotate_half(Q)
+    pass(e * t * h);   // rotate_half(Q) sin
+    keep(e * t * h);   // Q after rotary
+    pass(e * t * kv);  // K
+    pass(e * t * kv);  // K cos
+    pass(e * t * kv);  // rotate_half(K)
+    pass(e * t * kv);  // rotate_half(K) sin
+    keep(e * t * kv);  // K after rotary
+    keep(e * t * kv);  // V
+    if (cache) {
+      keep(e * t * kv);  // the cache's K
+      keep(e * t * kv);  // and V
+    }
+    attention();
+    pass(e * t * h);  // o projection's output
+    keep(e * t * h);  // residual
+    rms_norm();       // the post-attention norm: gate's and up's input
+    keep(e * t * f);  // gate
+    keep(e * t * f);  // SiLU
+    keep(e * t * f);  // up
+    keep(e * t * f);  // their product, down's input
+    pass(e * t * h);  // down's output
+    keep(e * t * h);  // residual
+  }
+  if (s.lora_rank > 0) {
+    const std::uint64_t adapters = 4 + (s.lora_mlp ? (m.gated_ffn ? 3 : 2) : 0);
+    keep(e * t * s.lora_rank * adapters);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> kept_of(const std::vector<layer_op>& ops) {
   std::vector<std::uint64_t> kept;
-  for (const layer_op& op : amp_layer_ops(s)) {
+  for (const layer_op& op : ops) {
     if (op.kept) kept.push_back(op.bytes);
   }
   return kept;
@@ -140,60 +257,11 @@ std::vector<std::uint64_t> amp_layer_tensors(const plan_setup& s) {
 }  // namespace
 
 std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s) {
-  if (s.dtype == precision::amp) return amp_layer_tensors(s);
-  const model_shape& m = s.model;
-  const std::uint64_t t = s.micro_batch * s.seq;  // tokens
-  const std::uint64_t h = m.hidden;
-  const std::uint64_t e = s.dtype == precision::fp32 ? 4 : 2;  // bytes per element
-  const std::uint64_t scores = m.heads * s.seq * t;
-  const bool dropout = m.out_bias;  // the GPT-2 family trains with dropout
-  std::vector<std::uint64_t> out;
-  // Attention.
-  out.push_back(e * t * h);  // the norm's input
-  out.push_back(e * t * h);  // its output, the QKV projections' input
-  if (dropout) {
-    out.push_back(e * t * 2 * h);  // Q and K
-    out.push_back(e * t * h);      // V
-  } else {
-    out.push_back(e * t * h);            // Q
-    out.push_back(e * t * kv_width(m));  // K
-    out.push_back(e * t * kv_width(m));  // V
-  }
-  if (s.flash_attention) {
-    out.push_back(4 * t * m.heads);  // log-sum-exp, fp32
-  } else {
-    out.push_back(e * scores);  // softmax output
-    if (dropout) {
-      out.push_back(scores);      // its dropout mask, one byte
-      out.push_back(e * scores);  // the dropped output
-    }
-  }
-  out.push_back(e * t * h);           // attention output, the o projection's input
-  if (dropout) out.push_back(t * h);  // the attention's dropout mask
-  // MLP.
-  out.push_back(e * t * h);  // the norm's input
-  out.push_back(e * t * h);  // its output, the first linear's input
-  if (m.gated_ffn) {
-    out.push_back(e * t * m.ffn);  // gate
-    out.push_back(e * t * m.ffn);  // up
-    out.push_back(e * t * m.ffn);  // SwiGLU output, the down projection's input
-  } else {
-    out.push_back(e * t * m.ffn);  // GeLU input
-    out.push_back(e * t * m.ffn);  // GeLU output, the second linear's input
-  }
-  if (dropout) out.push_back(t * h);  // the MLP's dropout mask
-  if (s.lora_rank > 0) {
-    const std::uint64_t adapters = 4 + (s.lora_mlp ? (m.gated_ffn ? 3 : 2) : 0);
-    out.push_back(e * t * s.lora_rank * adapters);
-  }
-  return out;
+  return kept_of(layer_forward_ops(s));
 }
 
 std::vector<layer_op> layer_forward_ops(const plan_setup& s) {
-  if (s.dtype == precision::amp) return amp_layer_ops(s);
-  std::vector<layer_op> ops;
-  for (const std::uint64_t b : layer_activation_tensors(s)) ops.push_back({b, true});
-  return ops;
+  return s.dtype == precision::amp ? amp_layer_ops(s) : plain_layer_ops(s);
 }
 
 std::uint64_t layer_activation_bytes(const plan_setup& s) {

@@ -1,20 +1,25 @@
-// The tensors one transformer layer saves in forward for backward, per
-// micro-batch (docs/plan.md, "Activations"), in 16-bit elements unless
-// named otherwise. With T = batch x seq tokens, a heads, s the sequence:
+// The tensors one transformer layer makes in forward and those it saves
+// for backward, per micro-batch (docs/plan.md, "Activations"), op by op as
+// PyTorch and transformers make them. With T = batch x seq tokens, a
+// heads, s the sequence:
 //
-//   GPT-2 family (LayerNorm, GeLU, dropout): Korthikanti et al., "Reducing
-//   Activation Recomputation in Large Transformer Models" (MLSys 2023),
-//   section 4.1, term by term: attention 11 T h + 5 a s T (two norm inputs
-//   4 T h more), MLP 19 T h: in all T h (34 + 5 a s / h) bytes.
-//   Llama family (RMSNorm, SwiGLU, grouped K/V, no dropout): the two norm
-//   inputs and outputs, Q, K, V, the attention output, the gate, up and
-//   SwiGLU outputs.
-//   Flash attention (the default) keeps no s x s scores, only the
-//   log-sum-exp (4 a T bytes); eager attention keeps the softmax output
-//   (and, with dropout, its mask and the dropped output).
+//   amp (autocast bf16 over fp32 weights): from the H100 snapshots,
+//   allocation by allocation: an fp32 residual stream, each linear's bf16
+//   casts of its input and weight, fp32 norm, pow, tanh and softmax outputs.
+//   fp32 and bf16 (no autocast): what autograd saves, in 4 or 2 bytes an
+//   element (statistics fp32, dropout masks one byte); GPT-2's tanh GeLU
+//   is elementwise ops that keep five tensors where a fused one keeps two,
+//   so a GPT-2 layer keeps Korthikanti et al.'s T h (34 + 5 a s / h) bytes
+//   ("Reducing Activation Recomputation in Large Transformer Models", MLSys
+//   2023, 4.1) plus 28 T h in bf16 (that GeLU, and the key/value cache's
+//   copies of K and V, which checkpointing turns off).
+//   Flash attention (the default; fp32 runs the memory-efficient kernel)
+//   keeps no s x s scores, only the output and the log-sum-exp (4 a T
+//   bytes); eager attention keeps the softmax output (and, with dropout,
+//   its mask and the dropped output).
 //   LoRA adds each adapter's low-rank activation (T r).
-//   Checkpointing keeps only the layer's input (T h) and recomputes the
-//   rest in backward, one layer at a time.
+//   Checkpointing keeps only the layer's input and recomputes the rest in
+//   backward, one layer at a time.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -37,8 +42,8 @@ struct layer_op {
   bool kept;
   bool weight_cast = false;
 };
-/// The layer's forward tensors in order: under amp those kept and those
-/// passing, as PyTorch makes them; otherwise the kept ones.
+/// The layer's forward tensors in order, those kept and those passing, as
+/// PyTorch makes them.
 std::vector<layer_op> layer_forward_ops(const plan_setup& s);
 /// Their sum.
 std::uint64_t layer_activation_bytes(const plan_setup& s);

@@ -73,7 +73,7 @@ status check_setup(const plan_setup& s) {
 }
 
 bool gradients_made_in_backward(const plan_setup& s) {
-  return s.dtype == precision::amp && s.zero == 0 && s.gpus == 1;
+  return (s.dtype == precision::amp || s.dtype == precision::fp32) && s.zero == 0 && s.gpus == 1;
 }
 
 std::uint64_t shard_ranks(const plan_setup& s) {

@@ -92,7 +92,7 @@ status check_setup(const plan_setup& s);
 [[nodiscard]] std::uint64_t shard_ranks(const plan_setup& s);
 /// Parameters that train: all, or the LoRA adapters'.
 [[nodiscard]] std::uint64_t trainable_params(const plan_setup& s);
-/// True for plain PyTorch training (amp on one GPU, no ZeRO): the
+/// True for plain PyTorch training (amp or fp32 on one GPU, no ZeRO): the
 /// optimizer's zero_grad(set_to_none) frees the gradients before forward
 /// and backward makes them again, layer by layer, so they are not held
 /// through forward.

@@ -205,7 +205,13 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
     b.free(upcast);
   } else if (s.dtype == precision::fp32) {
-    logits = b.alloc(category::activations, tv * 4);  // fp32 already: no copy for the loss
+    // Plain fp32: the final norm (its output the head's input), the
+    // logits (the loss's .float() makes no copy), cross-entropy's
+    // log-softmax, kept for backward.
+    const std::uint64_t th = tokens * s.model.hidden;
+    head.push_back(b.alloc(category::activations, 4 * th + 8 * tokens));  // final norm
+    logits = b.alloc(category::activations, 4 * tv);
+    head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
   } else {
     logits = b.alloc(category::activations, tv * 2);                      // bf16 logits
     const std::uint32_t upcast = b.alloc(category::activations, tv * 4);  // fp32 for the loss
@@ -310,11 +316,27 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     b.free(dweight_cast);
     release_logits(b, held, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
+  } else if (s.dtype == precision::fp32) {
+    // The loss's gradient, then the log-softmax's (the logits'); the
+    // head's matmul makes the hidden state's gradient and, first time
+    // round, the head's (or tied embedding's) and the rest outside.
+    const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
+    const std::uint32_t dlogits = b.alloc(category::activations, 4 * tv);
+    b.free(dloss);
+    b.free(head.back());  // the log-softmax
+    dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
+    if (micro == 0) {
+      for (const std::uint64_t g : p.outer_grads_made) {
+        made_grads.push_back(b.alloc(category::gradients, g));
+      }
+    }
+    b.free(dlogits);
+    release_logits(b, held, logits);
+    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
     const std::uint32_t dlogits = b.alloc(category::activations, tv * 4);
     release_logits(b, held, logits);
-    dhidden = b.alloc(category::activations,
-                      (s.dtype == precision::fp32 ? 4 : 2) * tokens * s.model.hidden);
+    dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
     b.free(dlogits);
   }
   if (p.outer_gathered > 0) b.free(outer);
