@@ -83,8 +83,9 @@ class RoundsTest(unittest.TestCase):
             stdout = '{"mode": "native"}\n'
             stderr = ""
 
-        def run(cmd, **_kwargs):
+        def run(cmd, **kwargs):
             seen["cmd"] = cmd
+            seen["env"] = kwargs.get("env", {})
             return Done()
 
         saved = torch_train.subprocess.run
@@ -93,14 +94,31 @@ class RoundsTest(unittest.TestCase):
             args = torch_train.argparse.Namespace(
                 model="gpt2", batch=2, seq=256, steps=3, limit_gib=0.0, build="b",
                 attn="eager", lora=8, precision="fp32", checkpointing=True, profile=False,
-                snapshot=None)
+                snapshot=None, strata_trace=None)
             self.assertEqual(torch_train.run_mode("native", args), {"mode": "native"})
+            cmd = " ".join(seen["cmd"])
+            for part in ("--child native", "--attn eager", "--lora 8", "--precision fp32",
+                         "--checkpointing"):
+                self.assertIn(part, cmd)
+            self.assertNotIn("--strata-trace", cmd)
+            self.assertNotIn("trace_buffer", seen["env"].get("STRATA_CONF", ""))
+            # --strata-trace: the strata child writes the trace, its
+            # STRATA_CONF keeps what the user set and turns the ring on.
+            args.strata_trace = "t.json"
+            saved_conf = os.environ.get("STRATA_CONF")
+            os.environ["STRATA_CONF"] = "release_threshold:0"
+            try:
+                torch_train.run_mode("strata", args)
+            finally:
+                if saved_conf is None:
+                    del os.environ["STRATA_CONF"]
+                else:
+                    os.environ["STRATA_CONF"] = saved_conf
+            self.assertIn("--strata-trace t.json", " ".join(seen["cmd"]))
+            self.assertEqual(seen["env"]["STRATA_CONF"],
+                             "release_threshold:0," + torch_train.TRACE_CONF)
         finally:
             torch_train.subprocess.run = saved
-        cmd = " ".join(seen["cmd"])
-        for part in ("--child native", "--attn eager", "--lora 8", "--precision fp32",
-                     "--checkpointing"):
-            self.assertIn(part, cmd)
 
     def test_bad_options_are_refused(self):
         with self.assertRaises(SystemExit) as e:
