@@ -71,9 +71,10 @@ int main(int argc, char** argv) try {
                    "say what the last half of them added (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  replay->add_flag("--autograd-thread", ro.autograd_thread,
-                   "Issue a PyTorch snapshot's calls that have no Python frames (its autograd "
-                   "thread's: the backward pass) from a second thread, as training does");
+  replay->add_flag("--one-thread", ro.one_thread,
+                   "Issue every call from one thread (by default a PyTorch snapshot's calls "
+                   "that have no Python frames, its autograd thread's, come from a second "
+                   "thread, as in training)");
 
   strata::plan_command_options po;
   auto* plan = app.add_subcommand(

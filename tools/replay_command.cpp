@@ -31,7 +31,7 @@ int run_replay(const replay_command_options& o) {
   ro.gpu_lag_ms = o.gpu_lag_ms;
   ro.warmup = static_cast<std::size_t>(o.warmup);
   ro.steady_repeats = static_cast<std::size_t>(o.steady_steps);
-  ro.autograd_thread = o.autograd_thread;
+  ro.autograd_thread = !o.one_thread;
   auto r = replay::replay(*trace, ro);
   if (!r) {
     std::fprintf(stderr, "strata replay: %s\n", r.error().message().c_str());

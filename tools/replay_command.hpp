@@ -14,11 +14,11 @@ struct replay_command_options {
   std::string html_out;      // empty: none
   std::string snapshot_out;  // empty: none; the replay's snapshot pickle
   bool quiet = false;
-  bool timeline = false;         // --timeline
-  double gpu_lag_ms = 12;        // --gpu-lag-ms
-  int warmup = 0;                // --warmup
-  int steady_steps = 8;          // --steady-steps
-  bool autograd_thread = false;  // --autograd-thread
+  bool timeline = false;    // --timeline
+  double gpu_lag_ms = 12;   // --gpu-lag-ms
+  int warmup = 0;           // --warmup
+  int steady_steps = 8;     // --steady-steps
+  bool one_thread = false;  // --one-thread
 };
 
 /// Runs the replay and writes the reports. Returns the exit code: 0 on a

@@ -110,6 +110,8 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   };
   t += "strata replay: " + trace.source + " (" + trace.format + ")\n";
   line("device", r.device);
+  line("threads",
+       r.threads == 2 ? "2 (calls without Python frames, autograd's, from a second one)" : "1");
   line("events replayed", std::to_string(r.events) + " (" + std::to_string(trace.seeds.size()) +
                               " blocks live at the start)");
   line("peak live bytes", format_bytes(r.peak_live));
@@ -192,6 +194,7 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
                                            ? ratio(r.peak_reserved, r.baseline_peak_reserved)
                                            : "null");
   field("fragmentation", number(r.fragmentation));
+  field("threads", std::to_string(r.threads));
   field("stitches", std::to_string(r.stitches));
   field("stitched_bytes", std::to_string(r.stitched_bytes));
   std::string driver = "{";

@@ -85,6 +85,9 @@ class run {
     return ask_failures(n);
   }
 
+  /// The threads the calls come from: 2 with a second thread.
+  [[nodiscard]] std::size_t threads() const noexcept { return other_ ? 2 : 1; }
+
   std::unordered_map<std::uint64_t, held> live;
   std::uint64_t live_bytes = 0;
   std::vector<std::uint32_t> call_ns;
@@ -332,6 +335,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
 
   // Pass 1: everything, sampled.
   run first(trace, a, options.autograd_thread);
+  r.threads = first.threads();
   const std::size_t n = trace.ops.size();
   const std::size_t every = std::max<std::size_t>(1, n / 2000);
   progress_bar bar(options.progress, n);
