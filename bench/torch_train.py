@@ -47,6 +47,9 @@ mapping and stitch, with its time) and write it here as JSON. With the
 trace on, every call takes the locked path, so the step times are not
 Strata's.
 
+For strata, a second line gives each step's time, virtual-memory driver
+calls and locked calls' time, so a step that remaps shows in the output.
+
 --json keeps every step's time, host time and loss and, for strata,
 Strata's memory_stats() after each step (`per_step_cumulative`: driver
 calls and their time by kind, stitches, waits), so a steady state that
@@ -410,6 +413,29 @@ def print_mode(m, r):
         line += (f"; profiled step: kernels {pr['gpu_kernel_ms']:.1f} ms over a GPU span of "
                  f"{pr['gpu_span_ms']:.1f} ms ({pr['gpu_kernels']} kernels)")
     print(line)
+    if r.get("per_step_cumulative"):
+        print(per_step_line(r))
+
+
+# The virtual-memory calls among Strata's driver-call counters.
+MEMORY_CALLS = ("reserve", "free_reservation", "create_pages", "release_pages", "map", "unmap",
+                "set_access")
+
+
+def per_step_line(r):
+    """Strata's run step by step: step time, virtual-memory driver calls and
+    the locked calls' time, so a step that remaps shows in the output."""
+    steps = r["per_step_cumulative"]
+    before = [{}] + steps[:-1]
+
+    def each(key_of, scale=1.0, digits=0):
+        return ", ".join(f"{sum(b.get(k, 0) - a.get(k, 0) for k in key_of) * scale:.{digits}f}"
+                         for a, b in zip(before, steps))
+
+    times = ", ".join(f"{t * 1e3:.0f}" for t in r.get("step_s", []))
+    return (f"             per step: ms {times}; memory driver calls "
+            f"{each([f'driver_calls.{k}' for k in MEMORY_CALLS])}; locked ms "
+            f"{each(['locked_call_ns'], 1e-6, 1)}")
 
 
 if __name__ == "__main__":

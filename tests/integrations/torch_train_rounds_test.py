@@ -120,6 +120,18 @@ class RoundsTest(unittest.TestCase):
         finally:
             torch_train.subprocess.run = saved
 
+    def test_strata_prints_its_steps(self):
+        # Two steps: the first maps 10 pages (10 creates, 10 maps, one
+        # set_access) and locks for 2 ms, the second makes 4 event calls only.
+        first = {"driver_calls.create_pages": 10, "driver_calls.map": 10,
+                 "driver_calls.set_access": 1, "driver_calls.record_event": 3,
+                 "locked_call_ns": 2_000_000}
+        second = dict(first, **{"driver_calls.record_event": 7, "locked_call_ns": 2_500_000})
+        r = {"mode": "strata", "step_s": [0.9, 0.15], "per_step_cumulative": [first, second]}
+        self.assertEqual(torch_train.per_step_line(r),
+                         "             per step: ms 900, 150; memory driver calls 21, 0; "
+                         "locked ms 2.0, 0.5")
+
     def test_bad_options_are_refused(self):
         with self.assertRaises(SystemExit) as e:
             self.run_main(["--lora", "-1"])
