@@ -3,11 +3,11 @@
 // training step issues its backward pass's allocations from PyTorch's
 // autograd thread (each thread with its own thread cache in Strata).
 //
-// The hand-off is one atomic word each way. Each side spins on it for up
-// to `spins` reads (tens of microseconds: a backward pass hands over one
-// call after another), then sleeps on it (std::atomic wait, a futex); a
-// call handed over costs about a microsecond where a futex wake-up costs
-// tens on a busy host. All of it is outside the timed allocator call.
+// The hand-off is one atomic word each way. Each side spins on it a little,
+// then yields a little (a backward pass hands over one call after another),
+// then sleeps on it (std::atomic wait, a futex); a call handed over costs
+// about a microsecond where a futex wake-up costs tens on a busy host. All
+// of it is outside the timed allocator call.
 // Thread safety: `run` from one thread at a time.
 #pragma once
 
@@ -48,15 +48,22 @@ class second_thread {
   static constexpr std::uint32_t pending = 1;
   static constexpr std::uint32_t stopping = 2;
 
-  static constexpr int spins = 4096;
+  static constexpr int spins = 64;   // reads with a pause between
+  static constexpr int yields = 64;  // then reads with a yield between
 
-  // Returns once turn_ is no longer `from`.
+  // Returns once turn_ is no longer `from`. A short spin catches a call
+  // handed straight back; yields let the other thread run where the cores
+  // are busy (ctest -j2: a spin alone there took 8 x the time).
   void await_change(std::uint32_t from) {
     for (int i = 0; i < spins; ++i) {
       if (turn_.load(std::memory_order_acquire) != from) return;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
+    }
+    for (int i = 0; i < yields; ++i) {
+      if (turn_.load(std::memory_order_acquire) != from) return;
+      std::this_thread::yield();
     }
     while (turn_.load(std::memory_order_acquire) == from) {
       turn_.wait(from, std::memory_order_acquire);
