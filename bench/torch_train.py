@@ -11,12 +11,15 @@ Modes (--modes, default all four): `native` (PyTorch's caching allocator),
 `preload` (LD_PRELOAD=libstrata_preload.so under PyTorch's own caching).
 --limit-gib caps each process with torch.cuda.set_per_process_memory_fraction.
 
-Per mode it prints the median step time (steps after the first) and how
+Per mode it prints the median step time (steps after the first), the
+median of the last half of the steps (the steady state: an allocator that
+warms up over its first steps shows there what a long run pays) and how
 long the host took to queue a step (near the step time, the GPU waits for
 the host), the peak allocated and reserved bytes (PyTorch's max_memory_*,
 or Strata's stats) and the device memory used (total - cudaMemGetInfo
 free, with the CUDA context), then
 
+    torch train: last half of the steps, strata / native R2
     torch train: step strata / native R; device memory strata / native M1, strata / expandable M2
 
 --rounds N runs the modes N times, interleaved (native, strata, native,
@@ -300,6 +303,14 @@ def step_time(r):
     return statistics.median(steps[1:]) if len(steps) > 1 else None
 
 
+def last_half_time(r):
+    """The median of the last half of the steps (at least two): the steady
+    state, where step_time also counts an allocator's warm-up steps."""
+    steps = r.get("step_s") or []
+    half = steps[len(steps) - max(2, len(steps) // 2):] if len(steps) >= 3 else []
+    return statistics.median(half) if half else None
+
+
 def ratio(a, b):
     return f"{a / b:.3f}" if a is not None and b else "n/a"
 
@@ -368,6 +379,10 @@ def main():
         pairs = [ratio(step_time(s), step_time(n)) if "error" not in s and "error" not in n
                  else "n/a" for s, n in zip(rounds["strata"], rounds["native"])]
         print(f"torch train: rounds, step strata / native: {', '.join(pairs)}")
+    last = {m: median_of([last_half_time(r) for r in rounds[m] if "error" not in r])
+            for m in modes}
+    print(f"torch train: last half of the steps, strata / native "
+          f"{ratio(last.get('strata'), last.get('native'))}")
     print(f"torch train: step strata / native {ratio(step.get('strata'), step.get('native'))}; "
           f"device memory strata / native "
           f"{ratio(get('strata', 'device_used_gib'), get('native', 'device_used_gib'))}, "
@@ -379,6 +394,12 @@ def main():
             out["rounds"] = rounds
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1)
+
+
+def median_of(values):
+    """The median of the values that are not None, or None."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def median_step(runs):
@@ -395,6 +416,8 @@ def print_mode(m, r):
     st = step_time(r)
     hs = r.get("host_s") or []
     host_ms = f" (host queues it in {statistics.median(hs[1:]) * 1e3:.1f})" if len(hs) > 1 else ""
+    lh = last_half_time(r)
+    host_ms += f", last half {lh * 1e3:.1f} ms" if lh is not None else ""
     line = (f"  {m:10s} step {st * 1e3:.1f} ms{host_ms}" if st else f"  {m:10s} step n/a") + (
         f", peak allocated {r['peak_allocated_gib']:.2f} GiB, reserved "
         f"{r['peak_reserved_gib']:.2f} GiB, device used {r['device_used_gib'] or 0:.2f} GiB")

@@ -68,6 +68,16 @@ class RoundsTest(unittest.TestCase):
         self.assertEqual(len(saved["rounds"]["strata"]), 3)
         self.assertEqual(saved["results"]["native"]["step_s"], STEPS[0])
 
+    def test_the_last_half_is_the_steady_state(self):
+        # Four steps: warm-up 0.9 and 0.5, then 0.2 and 0.1: the last half's median is 0.15.
+        self.assertAlmostEqual(torch_train.last_half_time({"step_s": [0.9, 0.5, 0.2, 0.1]}), 0.15)
+        self.assertAlmostEqual(torch_train.last_half_time({"step_s": [0.9, 0.5, 0.2]}), 0.35)
+        self.assertIsNone(torch_train.last_half_time({"step_s": [0.9, 0.5]}))
+        text, _ = self.run_main(["--modes", "native,strata"])
+        # The stubs' steps 0.9, 0.15, 0.15 (native) and 0.9, 0.16, 0.16 (strata).
+        self.assertIn("  native     step 150.0 ms (host queues it in 50.0), last half 150.0 ms", text)
+        self.assertIn("torch train: last half of the steps, strata / native 1.067", text)
+
     def test_one_round_prints_as_before(self):
         text, order = self.run_main(["--modes", "native,strata"])
         self.assertEqual(order, ["native", "strata"])
