@@ -404,8 +404,7 @@ def median_of(values):
 
 def median_step(runs):
     """The median of the runs' step times (those that trained), or None."""
-    times = [t for t in (step_time(r) for r in runs if "error" not in r) if t is not None]
-    return statistics.median(times) if times else None
+    return median_of([step_time(r) for r in runs if "error" not in r])
 
 
 def print_mode(m, r):

@@ -246,18 +246,14 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
   return out;
 }
 
-std::vector<std::uint64_t> kept_of(const std::vector<layer_op>& ops) {
-  std::vector<std::uint64_t> kept;
-  for (const layer_op& op : ops) {
-    if (op.kept) kept.push_back(op.bytes);
-  }
-  return kept;
-}
-
 }  // namespace
 
 std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s) {
-  return kept_of(layer_forward_ops(s));
+  std::vector<std::uint64_t> kept;
+  for (const layer_op& op : layer_forward_ops(s)) {
+    if (op.kept) kept.push_back(op.bytes);
+  }
+  return kept;
 }
 
 std::vector<layer_op> layer_forward_ops(const plan_setup& s) {

@@ -274,6 +274,14 @@ void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32
   for (const std::uint32_t id : casts) b.free(id);
 }
 
+// Plain PyTorch's gradients of `sizes`, made by the first micro-batch's
+// backward (later ones accumulate into them), added to `made_grads`.
+void make_gradients(builder& b, const std::vector<std::uint64_t>& sizes, std::uint64_t micro,
+                    std::vector<std::uint32_t>& made_grads) {
+  if (micro != 0) return;
+  for (const std::uint64_t g : sizes) made_grads.push_back(b.alloc(category::gradients, g));
+}
+
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
               std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
               const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads,
@@ -308,11 +316,8 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     b.free(dlogits);
     dhidden = b.alloc(category::activations, 4 * th);
     b.free(dinput_cast);
-    if (micro == 0) {  // the head's (or tied embedding's) gradient, and the rest outside
-      for (const std::uint64_t g : p.outer_grads_made) {
-        made_grads.push_back(b.alloc(category::gradients, g));
-      }
-    }
+    // The head's (or tied embedding's) gradient, and the rest outside.
+    make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dweight_cast);
     release_logits(b, held, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
@@ -325,11 +330,7 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     b.free(dloss);
     b.free(head.back());  // the log-softmax
     dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
-    if (micro == 0) {
-      for (const std::uint64_t g : p.outer_grads_made) {
-        made_grads.push_back(b.alloc(category::gradients, g));
-      }
-    }
+    make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dlogits);
     release_logits(b, held, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
@@ -348,12 +349,7 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     // (accumulated into by later micro-batches) and live to the next
     // step's zero_grad. Where in it moves no figure of the calibration
     // runs (tried: before the recompute, at the first linear, after it).
-    const auto make_grads = [&] {
-      if (micro != 0) return;
-      for (const std::uint64_t g : p.layer_grads_made) {
-        made_grads.push_back(b.alloc(category::gradients, g));
-      }
-    };
+    const auto make_grads = [&] { make_gradients(b, p.layer_grads_made, micro, made_grads); };
     std::uint32_t layer_grads = 0;
     std::optional<std::uint32_t> scratch;  // without checkpointing: the gradients' working room
     if (s.checkpointing) {

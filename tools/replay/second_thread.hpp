@@ -72,10 +72,8 @@ class second_thread {
 
   void serve() {
     for (;;) {
-      await_change(idle);
-      const std::uint32_t t = turn_.load(std::memory_order_acquire);
-      if (t == stopping) return;
-      if (t != pending) continue;
+      await_change(idle);  // only this thread sets idle: now pending or stopping
+      if (turn_.load(std::memory_order_acquire) == stopping) return;
       (*call_)();
       turn_.store(idle, std::memory_order_release);
       turn_.notify_one();
