@@ -66,6 +66,13 @@ void give_back(strata_allocator* handle) {
   give_back_to(handle);
 }
 
+strata_allocator* handle_over(allocator& a) {
+  auto* slot = new_slot<strata_allocator>();
+  slot->owned = false;
+  slot->impl.store(&a, std::memory_order_release);
+  return slot;
+}
+
 result<conf_text> conf_of(const char* conf) {
   return conf != nullptr ? conf_text::parse(conf) : conf_text::from_env();
 }
@@ -119,7 +126,10 @@ strata_status strata_allocator_destroy(strata_allocator* a) {
             " handle(s) made over this allocator still use it (residency managers, "
             "communicators, kernels, gradient buckets or prefetchers): destroy them first"});
   }
-  if (strata::c_api::take_object(a) == nullptr) return no_allocator(a);
+  auto object = strata::c_api::take_object(a);
+  if (object == nullptr) return no_allocator(a);
+  // A handle_over() handle ends here; its allocator stays with its owner.
+  if (!a->owned) (void)object.release();  // NOLINT(bugprone-unused-return-value)
   return STRATA_OK;
 }
 

@@ -151,4 +151,13 @@ STRATA_API allocator* borrow(strata_allocator* handle);
 /// Ends one borrow() of `handle`.
 STRATA_API void give_back(strata_allocator* handle);
 
+/// A new handle naming `a` without owning it, for an integration that
+/// keeps its allocator itself (libstrata_torch.so's strata_torch_allocator):
+/// the C APIs build over it as over any handle (residency managers,
+/// prefetchers, kernels), and strata_allocator_destroy ends the handle and
+/// leaves `a` alive. The caller keeps `a` alive while the handle, or
+/// anything built over it, is used. Handles are small and never freed
+/// (new_slot): make one per allocator, not one per call. Thread safe.
+STRATA_API strata_allocator* handle_over(allocator& a);
+
 }  // namespace strata::c_api

@@ -2,13 +2,18 @@
 // PyTorch's CUDAPluggableAllocator calls.
 #include "strata_torch.h"
 
+#include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
 #include "device_allocators.hpp"
+#include "strata/c_extension.hpp"
+#include "strata/conf_text.hpp"
 
 namespace {
 
@@ -170,6 +175,28 @@ char* strata_torch_memory_summary(int device) {
 
 void strata_torch_string_free(char* s) {
   std::free(s);  // NOLINT(cppcoreguidelines-no-malloc): allocated by copy_out
+}
+
+strata_allocator* strata_torch_allocator(int device) {
+  static std::array<std::atomic<strata_allocator*>, device_allocators::max_devices> handles{};
+  static std::mutex mu;
+  strata::allocator* a = allocator_of(device);
+  if (a == nullptr) return nullptr;
+  auto& slot = handles[static_cast<std::size_t>(device)];  // in range: allocator_of checked
+  if (strata_allocator* h = slot.load(std::memory_order_acquire)) return h;
+  std::lock_guard lock(mu);
+  if (strata_allocator* h = slot.load(std::memory_order_acquire)) return h;
+  strata_allocator* h = strata::c_api::handle_over(*a);
+  slot.store(h, std::memory_order_release);
+  return h;
+}
+
+int strata_torch_is_allocator_key(const char* key) {
+  if (key == nullptr) return 0;
+  return strata::allocator_conf_section().has_key(key) ||
+                 strata::integration_conf_section().has_key(key)
+             ? 1
+             : 0;
 }
 
 const char* strata_torch_last_error(void) {

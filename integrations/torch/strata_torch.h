@@ -25,7 +25,8 @@
 #define STRATA_TORCH_API __attribute__((visibility("default")))
 #endif
 
-typedef struct CUstream_st* strata_torch_stream; /* cudaStream_t */
+typedef struct CUstream_st* strata_torch_stream;  /* cudaStream_t */
+typedef struct strata_allocator strata_allocator; /* strata/strata.h */
 /* NOLINTEND(modernize-deprecated-headers,modernize-use-using) */
 
 /* alloc_fn: `size` bytes on `device`, stream-ordered on `stream`. NULL for
@@ -59,6 +60,24 @@ STRATA_TORCH_API void strata_torch_set_memory_fraction(double fraction, int devi
  * allocator of the current device's index lazily, so this only checks the
  * count. */
 STRATA_TORCH_API void strata_torch_init(int device_count);
+
+/* The allocator of device `device` as a libstrata C handle (strata/strata.h),
+ * for building libstrata's other C APIs over the memory PyTorch allocates
+ * from: strata_residency_create, strata_prefetcher_create and
+ * strata_kernels_create (strata_torch.offload does). The plugin's
+ * allocators are libstrata.so's, which this library links, so call those
+ * functions through this library's handle (dlsym on it finds them) or a
+ * libstrata.so the loader shares with it. One handle per device, made on
+ * first call and kept for the process's life; strata_allocator_destroy on
+ * it ends the handle, never the allocator (a later call here returns the
+ * same, ended handle: do not destroy it). NULL, with strata_torch_last_error
+ * saying why, when Strata is off or `device` is out of range. */
+STRATA_TORCH_API strata_allocator* strata_torch_allocator(int device);
+
+/* 1 when `key` is a STRATA_CONF key of the plugin's own allocator (the
+ * allocator's and the integrations' keys: docs/configuration.md), which
+ * only STRATA_CONF sets; 0 for any other text, NULL included. */
+STRATA_TORCH_API int strata_torch_is_allocator_key(const char* key);
 
 /* JSON texts for device `device` (free with strata_torch_string_free); NULL
  * when Strata is off or the device has no allocator yet. */

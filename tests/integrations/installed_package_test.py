@@ -2,7 +2,8 @@
 fresh prefix, imported by a python3 started plainly (no STRATA_* variable,
 only the prefix's site directory on PYTHONPATH), it finds the installed
 libstrata.so by itself and trains a small model offloaded to a sim device
-with the losses of torch.optim.Adam (foreach=False) to 1e-5.
+with the losses of torch.optim.Adam (foreach=False) to 1e-5; the installed
+libstrata_torch.so, loaded next, shares that one libstrata.so.
 
 argv: the build directory, a scratch directory. Prints "SKIP: ..." when
 torch is not installed, "installed_package_test: OK" when all held."""
@@ -54,6 +55,18 @@ worst = max(abs(a - b) for a, b in zip(got, want))
 if worst > 1e-5:
     sys.exit(f"losses differ by {worst}: {got} vs {want}")
 print(f"trained from {where}: losses within {worst:.1e}")
+
+# The installed plugin links the installed libstrata.so (found beside it):
+# one copy of Strata in the process, the prefix's.
+plugin = os.path.realpath(_native.find(_native.TORCH_PLUGIN))
+if os.path.exists(plugin):
+    import ctypes
+    ctypes.CDLL(plugin)
+    with open("/proc/self/maps") as maps:
+        copies = {line.split()[-1] for line in maps if "/libstrata.so" in line}
+    if len(copies) != 1 or not all(os.path.realpath(c).startswith(prefix) for c in copies):
+        sys.exit(f"the plugin's libstrata is not the prefix's one copy: {sorted(copies)}")
+    print(f"plugin {plugin} shares {sorted(copies)[0]}")
 '''
 
 

@@ -50,10 +50,15 @@ torch.optim.Adam (foreach=False):
     run on a device that only fits if nothing stayed held;
   - offload(conf=...) obeys allocator keys (memory_fraction) and refuses
     bad ones; offloading one model twice says so;
+  - a model whose blocks are checkpointed (torch.utils.checkpoint, reentrant
+    or not: the recompute in backward holds its parameters until their
+    gradients are accumulated) trains like the plain model, to 1e-5;
+  - adam="device" (the kernel queued on the device's stream) trains like
+    the plain model, to 1e-5 as above;
   - options it cannot take (a NaN or negative learning rate, betas outside
     [0, 1), a device or conf that is not text, a placement that is neither
-    a mapping nor pairs) are OptionErrors that name them, and the model
-    keeps its values.
+    a mapping nor pairs, an unknown adam) are OptionErrors that name them,
+    and the model keeps its values.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_test: OK"
 when every check passed. Random choices use seed 20261125.
@@ -70,12 +75,14 @@ except ImportError as e:
     print(f"SKIP: torch is not installed ({e}); scripts/install-deps installs python3-torch")
     sys.exit(0)
 
+import torch.utils.checkpoint  # noqa: E402
 import strata_torch  # noqa: E402  (after the skip)
 from strata_torch.enums import Status  # noqa: E402
 
 HIDDEN = 512
 BLOCKS = 4
 STEPS = 20
+CHECKPOINTED_STEPS = 5
 
 
 class Block(torch.nn.Module):
@@ -90,17 +97,24 @@ class Block(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    """A few million parameters; `branch` adds a block every other step."""
+    """A few million parameters; `branch` adds a block every other step;
+    `reentrant` True or False checkpoints every block, of that kind."""
 
-    def __init__(self, branch=False):
+    def __init__(self, branch=False, reentrant=None):
         super().__init__()
         self.blocks = torch.nn.ModuleList(Block() for _ in range(BLOCKS))
         self.extra = Block() if branch else None
         self.head = torch.nn.Linear(HIDDEN, 10)
+        self.reentrant = reentrant
 
     def forward(self, x, step=0):
+        if self.reentrant is not None:
+            x = x.detach().requires_grad_()  # a reentrant checkpoint needs an input that does
         for i, b in enumerate(self.blocks):
-            x = b(x)
+            if self.reentrant is None:
+                x = b(x)
+            else:
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=self.reentrant)
             if self.extra is not None and i == 1 and step % 2 == 1:
                 x = self.extra(x)
         return self.head(x)
@@ -111,12 +125,12 @@ def batch(step):
     return torch.randn(16, HIDDEN, generator=g), torch.randint(0, 10, (16,), generator=g)
 
 
-def plain(branch):
+def plain(branch, reentrant=None, steps=STEPS):
     torch.manual_seed(SEED)
-    model = Model(branch)
+    model = Model(branch, reentrant)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
     losses = []
-    for s in range(STEPS):
+    for s in range(steps):
         x, y = batch(s)
         loss = torch.nn.functional.cross_entropy(model(x, s), y)
         opt.zero_grad(set_to_none=True)  # as Offload.step() clears them
@@ -325,6 +339,31 @@ def bf16_offloaded(nvme_dir):
     return losses, first_grads, first_masters, params, masters, spills
 
 
+def checkpointed(nvme_dir, reentrant):
+    """Every block checkpointed (recomputed in backward, whose saved
+    tensors the checkpoint keeps): the losses."""
+    torch.manual_seed(SEED)
+    model = Model(reentrant=reentrant)
+    off = offload(model, nvme_dir)
+    try:
+        return [train_step(model, off, s) for s in range(CHECKPOINTED_STEPS)]
+    finally:
+        off.close()
+
+
+def device_adam(nvme_dir):
+    """adam="device": Strata's Adam queued on the device's stream
+    (strata_adam_step_async) instead of host threads: the losses and the
+    final parameters."""
+    torch.manual_seed(SEED)
+    model = Model()
+    off = offload(model, nvme_dir, adam="device")
+    losses = [train_step(model, off, s) for s in range(STEPS)]
+    params = off.parameters()
+    off.close()
+    return losses, params
+
+
 def nvme_placed(nvme_dir, want_losses):
     """Adam's moments placed "nvme": every step writes each of them to NVMe
     when its update releases it (the prefetcher may read them ahead again
@@ -382,8 +421,9 @@ def bad_options():
     before = [p.detach().clone() for p in model.parameters()]
     out = []
     for options in ({"lr": float("nan")}, {"lr": -1.0}, {"lr": "x"}, {"betas": (0.9,)},
-                    {"betas": (0.9, 1.0)}, {"eps": float("inf")}, {"device": None},
-                    {"conf": 5}, {"placement": 123}, {"placement": [("blocks.*",)]}):
+                    {"betas": (0.9, 1.0)}, {"eps": float("inf")}, {"device": 5},
+                    {"conf": 5}, {"placement": 123}, {"placement": [("blocks.*",)]},
+                    {"adam": "gpu"}):
         try:
             strata_torch.offload(model, **options).close()
             out.append(None)
@@ -565,6 +605,21 @@ def main():
               f"hits {p['hits']}, late fills {p['late_fills']}, re-syncs {p['resyncs']}, "
               f"min bytes moved per step {min(moved[1:]) / 1e6:.1f} MB; "
               f"spills to host {o['spills_to_host']}, to NVMe {o['spills_to_nvme']}")
+    for reentrant in (False, True):
+        want = plain(False, reentrant, CHECKPOINTED_STEPS)[0]
+        worst = max(abs(a - b) for a, b in zip(checkpointed(nvme_dir, reentrant), want))
+        check(f"checkpointed blocks (reentrant {reentrant}): losses", worst <= 1e-5,
+              f"differ by {worst}")
+        print(f"torch_offload_test: checkpointed blocks, reentrant {reentrant}: the plain "
+              f"model's losses within {worst:.1e}")
+    want_losses, want_params = plain(False)
+    losses, params = device_adam(nvme_dir)
+    worst = max(abs(a - b) for a, b in zip(losses, want_losses))
+    drift = max((a - b).abs().max().item() for a, b in zip(params, want_params))
+    check("adam on the device: losses", worst <= 1e-5, f"differ by {worst}")
+    check("adam on the device: final parameters", drift <= 1e-5, f"differ by {drift}")
+    print(f"torch_offload_test: adam on the device's stream: losses within {worst:.1e}, "
+          f"parameters within {drift:.1e}")
     os.makedirs(nvme_dir + "-corrupt", exist_ok=True)
     error = corrupted(nvme_dir + "-corrupt")
     check("a corrupted extent", error is not None and "failed its checksum" in error, str(error))
@@ -608,11 +663,13 @@ def main():
               "lr must be a finite number", "betas must be two numbers in [0, 1)",
               "betas must be two numbers in [0, 1)", "eps must be a finite number",
               "device must be a device spec string", "conf must be STRATA_CONF text",
-              "(pattern, place) pairs, not 123", "each entry is (a pattern string, a place)"]
+              "(pattern, place) pairs, not 123", "each entry is (a pattern string, a place)",
+              "adam must be 'device' or 'host', not 'gpu'"]
     for got, want in zip(refused, wanted):
         check(f"bad option: {want}", got is not None and want in got[1], str(got))
+    check("bad options: every one refused", len(refused) == len(wanted), str(refused))
     check("bad options: placements are PlacementErrors",
-          [g[0] for g in refused[-2:]] == ["PlacementError", "PlacementError"], str(refused))
+          [g[0] for g in refused[-3:-1]] == ["PlacementError", "PlacementError"], str(refused))
     check("bad options leave the model as it was", intact)
     print(f"torch_offload_test: bad options refused: {refused[0][1]}; {refused[8][1]}")
     want = hostile_losses(nvme_dir, offloaded=False)

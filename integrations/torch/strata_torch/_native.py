@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 from .errors import StrataError
 
-__all__ = ["TORCH_PLUGIN", "LIBSTRATA", "AdamOptions", "AdamTensors", "find", "load"]
+__all__ = ["TORCH_PLUGIN", "LIBSTRATA", "AdamOptions", "AdamTensors", "find", "libstrata_of",
+           "load"]
 
 TORCH_PLUGIN = "libstrata_torch.so"
 LIBSTRATA = "libstrata.so"
@@ -59,6 +60,8 @@ _SIGNATURES: Dict[str, Dict[str, Tuple[Any, List[Any]]]] = {
         "strata_torch_memory_summary": (_vp, [_int]),
         "strata_torch_string_free": (None, [_vp]),
         "strata_torch_last_error": (ctypes.c_char_p, []),
+        "strata_torch_allocator": (_vp, [_int]),
+        "strata_torch_is_allocator_key": (_int, [ctypes.c_char_p]),
     },
     LIBSTRATA: {
         "strata_allocator_create": (_int, [ctypes.c_char_p, _out]),
@@ -85,6 +88,8 @@ _SIGNATURES: Dict[str, Dict[str, Tuple[Any, List[Any]]]] = {
         "strata_kernels_destroy": (_int, [_vp]),
         "strata_adam_step_host": (_int, [_vp, ctypes.POINTER(AdamTensors),
                                          ctypes.POINTER(AdamOptions), _u64]),
+        "strata_adam_step_async": (_int, [_vp, _vp, ctypes.POINTER(AdamTensors),
+                                          ctypes.POINTER(AdamOptions), _u64]),
         "strata_last_error_message": (ctypes.c_char_p, []),
         "strata_string_free": (None, [ctypes.c_char_p]),
     },
@@ -123,6 +128,19 @@ def find(name: str, path: Optional[str] = None) -> str:
 def _load(path: str, name: str) -> ctypes.CDLL:
     lib = ctypes.CDLL(path)
     for function, (restype, argtypes) in _SIGNATURES[name].items():
+        fn = getattr(lib, function)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+def libstrata_of(plugin: ctypes.CDLL) -> ctypes.CDLL:
+    """libstrata's functions as the loaded plugin links them: the copy of
+    Strata whose allocator PyTorch allocates from (strata_torch_allocator
+    hands out its handles), with their signatures set. A CDLL of its own,
+    so the plugin's functions keep theirs."""
+    lib = ctypes.CDLL(plugin._name)  # pylint: disable=protected-access
+    for function, (restype, argtypes) in _SIGNATURES[LIBSTRATA].items():
         fn = getattr(lib, function)
         fn.restype = restype
         fn.argtypes = argtypes

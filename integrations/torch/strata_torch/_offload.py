@@ -45,16 +45,33 @@ whenever its last use ends: the release waits for the write; needs
 nvme_dir) and "offload" (the default: host memory, then NVMe, as room
 requires).
 
-step() runs Strata's Adam/AdamW host kernel (strata_adam_step_host, the
-same operations as torch.optim.Adam/AdamW with foreach=False) on each
-parameter and its moments where they live, then ends the prefetcher's step.
-For a bf16 parameter the kernel widens its bf16 gradient, updates the fp32
-master and writes the parameter as the master rounded to nearest even.
+step() runs Strata's Adam/AdamW kernel (the same operations as
+torch.optim.Adam/AdamW with foreach=False) on each parameter and its
+moments, then ends the prefetcher's step. `adam` chooses where:
+"device" (strata_adam_step_async: queued on the device's stream over the
+buffers acquired there, no host wait) or "host" (strata_adam_step_host, on
+host threads). For a bf16 parameter the kernel widens its bf16 gradient,
+updates the fp32 master and writes the parameter as the master rounded to
+nearest even.
 
-Works on the `sim` device, whose memory is host memory: parameters are CPU
-tensors viewing Strata's buffers (as ZeRO-3 re-points .data). Needs
-libstrata.so built with the tiers (liburing), found as _native.py says; no
-environment variable.
+Two devices:
+  - With strata_torch.install() active (CUDA), the buffers are in the
+    plugin's own allocator of the current CUDA device
+    (strata_torch_allocator): the memory PyTorch allocates from, so an
+    allocation PyTorch makes spills released buffers to make room.
+    Parameters are CUDA tensors viewing Strata's buffers; every acquire
+    and release is ordered on PyTorch's current stream (the host never
+    waits for a fetch); the model's other tensors (its buffers) move to
+    the device. `device` must be left out (STRATA_CONF configures the
+    plugin), as must allocator keys in `conf`. `adam` defaults to
+    "device"; "host" (ZeRO-Offload's way) is not available on CUDA yet.
+    Gradients are PyTorch's own CUDA tensors until step() consumes them.
+    Needs NumPy (PyTorch reads the buffers' __cuda_array_interface__).
+  - Otherwise the `sim` device, whose memory is host memory: parameters
+    are CPU tensors viewing Strata's buffers (as ZeRO-3 re-points .data);
+    `adam` defaults to "host".
+Needs libstrata.so built with the tiers (liburing), found as _native.py
+says (on CUDA, the one the plugin links); no environment variable.
 
 Thread safety: one training loop drives an Offload; its hooks run on the
 threads autograd runs them on, one at a time.
@@ -67,7 +84,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import _native
+from . import _allocator, _native
 from ._placement import Placement, Share, placements
 from .enums import AccessMode, BufferKind, DType, ResidencyPolicy, Status, Tier
 from .errors import OffloadError, OptionError
@@ -85,11 +102,12 @@ _DTYPES = {torch.float32: (DType.F32, 4), torch.bfloat16: (DType.BF16, 2)}
 
 
 def _check_options(lr: Any, betas: Any, eps: Any, weight_decay: Any, device: Any,
-                   conf: Any) -> None:
+                   conf: Any, adam: Any) -> None:
     """Adam's options as torch.optim.Adam takes them (finite; lr, eps and
-    weight_decay at least 0; betas two numbers in [0, 1)), and the device
-    and conf as strings (conf may be None: no keys). OptionError names the
-    first that is not."""
+    weight_decay at least 0; betas two numbers in [0, 1)), the device and
+    conf as strings (either may be None: the default device, no keys), and
+    `adam` None, "device" or "host". OptionError names the first that is
+    not."""
     def number(value: Any) -> bool:
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value))
@@ -100,9 +118,11 @@ def _check_options(lr: Any, betas: Any, eps: Any, weight_decay: Any, device: Any
     if (not isinstance(betas, (tuple, list)) or len(betas) != 2
             or not all(number(b) and 0 <= b < 1 for b in betas)):
         raise OptionError(f"offload: betas must be two numbers in [0, 1), not {betas!r}")
-    if not isinstance(device, str):
+    if device is not None and not isinstance(device, str):
         raise OptionError(f"offload: device must be a device spec string such as "
                           f"'sim:capacity=1GiB' (docs/device.md), not {device!r}")
+    if adam not in (None, "device", "host"):
+        raise OptionError(f"offload: adam must be 'device' or 'host', not {adam!r}")
     if conf is not None and not isinstance(conf, str):
         raise OptionError(f"offload: conf must be STRATA_CONF text (key:value,...), not "
                           f"{conf!r}")
@@ -136,11 +156,19 @@ class Offload:
     def __init__(self, model: torch.nn.Module, *, lr: float = 1e-3,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, adamw: bool = False,
-                 device: str = "sim:capacity=1GiB", conf: Optional[str] = "",
+                 device: Optional[str] = None, conf: Optional[str] = "",
                  library: Optional[str] = None, placement: Placement = None,
-                 parameters: Share = "offload", optimizer_state: Share = "offload") -> None:
-        _check_options(lr, betas, eps, weight_decay, device, conf)
+                 parameters: Share = "offload", optimizer_state: Share = "offload",
+                 adam: Optional[str] = None) -> None:
+        _check_options(lr, betas, eps, weight_decay, device, conf, adam)
         conf = conf or ""
+        self._cuda = _allocator.installed()
+        if self._cuda:
+            _check_cuda_options(device, conf, adam)
+            self._device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self._device = torch.device("cpu")
+        self._adam = adam or ("device" if self._cuda else "host")
         for n, p in model.named_parameters():  # before anything is made
             if id(p) in _owner:
                 raise OffloadError(
@@ -152,8 +180,12 @@ class Offload:
             [(n, p.numel() * 4, p.dtype != torch.float32)
              for n, p in model.named_parameters() if p.numel() > 0],
             placement, parameters, optimizer_state)
-        self._lib = _native.load(_native.LIBSTRATA, library, OffloadError)
+        if self._cuda:
+            self._lib = _native.libstrata_of(_allocator._library())  # pylint: disable=protected-access
+        else:
+            self._lib = _native.load(_native.LIBSTRATA, library, OffloadError)
         self._alloc = self._res = self._fetch = self._kernels = None
+        self._own_alloc = not self._cuda  # the plugin's allocator outlives this
         self._opts = _native.AdamOptions(lr, betas[0], betas[1], eps, weight_decay, int(adamw),
                                          0, 0)
         # id(parameter) -> its Adam steps (as torch's state["step"])
@@ -176,15 +208,23 @@ class Offload:
         self._backward: Dict[int, torch.nn.Parameter] = {}  # id(parameter) -> held for backward
         self._accumulators: List[Any] = []  # the parameters' AccumulateGrad nodes, kept alive
         self._saving: Any = None  # the saved-tensor hooks while a forward runs, and its module
+        self._backward_running = False  # a hook of this step's backward has run
         self._closed = False
         try:
             # The allocator obeys conf's allocator keys too (memory_fraction,
             # log_ooms, ...): every key is obeyed by the part it belongs to.
-            spec = f"device:{device}" + (f",{conf}" if conf else "")
-            self._alloc = self._make("strata_allocator_create", spec.encode())
+            if self._cuda:
+                self._alloc = _plugin_allocator(self._device.index)
+            else:
+                spec = f"device:{device or 'sim:capacity=1GiB'}" + (f",{conf}" if conf else "")
+                self._alloc = self._make("strata_allocator_create", spec.encode())
             self._res = self._make("strata_residency_create", self._alloc, conf.encode())
             self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
-            self._kernels = self._make("strata_kernels_create", None, ctypes.c_uint(1))
+            # The device kernels queue on the allocator's device; the host
+            # ones need none.
+            self._kernels = self._make("strata_kernels_create",
+                                       self._alloc if self._adam == "device" else None,
+                                       ctypes.c_uint(1))
             self._register_all(model)
         except BaseException:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
@@ -200,7 +240,10 @@ class Offload:
                 acc.register_hook(lambda _gi, _go, p=p: self._accumulated(p))
                 self._accumulators.append(acc)
                 self._hooks.append(p.register_hook(lambda g, p=p: self._grad_arrives(p, g)))
-            p.data = torch.empty(0, dtype=p.dtype)  # the model's own copy is gone: Strata holds it
+            # The model's own copy is gone: Strata holds it.
+            p.data = torch.empty(0, dtype=p.dtype, device=self._device)
+        if self._cuda:
+            model.to(self._device)  # its buffers (the parameters are empty now)
         # The model's own pre-hook first: it cleans up after a forward that
         # raised before this one's modules hold anything.
         self._hooks.append(model.register_forward_pre_hook(self._step_begins))
@@ -226,12 +269,11 @@ class Offload:
             if p.dtype != torch.float32:
                 master = self._register(n4, BufferKind.BUFFER_OPTIMIZER_STATE, f"{name}.master")
             self._params.append((p, h, m, v, master))
-            self._fill(h, p.detach().contiguous())
-            zeros = torch.zeros(p.shape, dtype=torch.float32)
-            self._fill(m, zeros)
-            self._fill(v, zeros)
+            self._fill(h, p.detach())
+            self._fill(m, None, p.numel())
+            self._fill(v, None, p.numel())
             if master is not None:
-                self._fill(master, p.detach().float().contiguous())
+                self._fill(master, p.detach().float())
             for handle, what, nbytes in ((h, name, p.numel() * _DTYPES[p.dtype][1]),
                                          (m, f"{name}'s exp_avg", n4),
                                          (v, f"{name}'s exp_avg_sq", n4),
@@ -310,18 +352,28 @@ class Offload:
                                                      ctypes.byref(tier)), f"where {name}")
         return _TIERS[Tier(tier.value)]
 
+    def _stream(self) -> Optional[ctypes.c_void_p]:
+        """Where acquires and releases are ordered: PyTorch's current CUDA
+        stream, or the sim device's default stream (None)."""
+        if not self._cuda:
+            return None
+        return ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)
+
     def _acquire(self, h: int, mode: AccessMode, through_prefetcher: bool = True) -> int:
         ptr = ctypes.c_void_p()
+        stream = self._stream()
         if through_prefetcher:
-            status = self._lib.strata_prefetcher_acquire_mode(self._fetch, h, None, mode,
+            status = self._lib.strata_prefetcher_acquire_mode(self._fetch, h, stream, mode,
                                                               ctypes.byref(ptr))
         else:
-            status = self._lib.strata_residency_acquire_mode(self._res, h, None, mode,
+            status = self._lib.strata_residency_acquire_mode(self._res, h, stream, mode,
                                                              ctypes.byref(ptr))
         self._check(status, f"acquire of {self._names.get(h, f'buffer {h}')}")
         self._held[h] = self._held.get(h, 0) + 1
-        # The fill is stream-ordered; the CPU reads the bytes next.
-        self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
+        if not self._cuda:
+            # The fill is stream-ordered; the CPU reads the bytes next. (On
+            # CUDA the work that reads them is queued on the same stream.)
+            self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
         if ptr.value is None:
             raise OffloadError(f"acquire of {self._names.get(h, f'buffer {h}')}: Strata "
                                "returned success with a null pointer")
@@ -330,20 +382,30 @@ class Offload:
     def _release(self, h, through_prefetcher=True):
         fn = (self._lib.strata_prefetcher_release if through_prefetcher
               else self._lib.strata_residency_release)
-        self._check(fn(self._fetch if through_prefetcher else self._res, h, None),
+        self._check(fn(self._fetch if through_prefetcher else self._res, h, self._stream()),
                     f"release of {self._names.get(h, f'buffer {h}')}")
         self._held[h] -= 1
 
-    def _fill(self, h, src):
+    def _fill(self, h, src, zeros=0):
+        """Buffer `h` = `src`'s values, or `zeros` fp32 zeros (src None)."""
         ptr = self._acquire(h, AccessMode.READ_WRITE, through_prefetcher=False)
-        ctypes.memmove(ptr, src.data_ptr(), src.numel() * src.element_size())
-        self._release(h, through_prefetcher=False)
+        try:
+            if src is None:
+                self._view(ptr, ((zeros,), torch.float32)).zero_()
+            else:
+                self._view(ptr, ((src.numel(),), src.dtype)).copy_(src.reshape(-1))
+        finally:
+            self._release(h, through_prefetcher=False)
 
-    @staticmethod
-    def _view(ptr, shape_and_dtype):
-        # sim device memory is host memory: a CPU tensor over it, no copy.
+    def _view(self, ptr, shape_and_dtype):
+        """A tensor of that shape and dtype over the device bytes at `ptr`,
+        no copy: a CUDA tensor on CUDA; on sim, whose memory is host
+        memory, a CPU tensor."""
         shape, dtype = shape_and_dtype
         nbytes = _numel(shape) * _DTYPES[dtype][1]
+        if self._cuda:
+            raw = torch.as_tensor(_DeviceBytes(ptr, nbytes), device=self._device)
+            return raw.view(dtype).view(shape)
         return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr),
                                 dtype=dtype).view(shape)
 
@@ -372,6 +434,7 @@ class Offload:
         return t if p is None else _SavedView(p, t)
 
     def _unpack(self, saved):
+        self._backward_running = True
         if not isinstance(saved, _SavedView):
             return saved
         self._hold_for_backward(saved.param)
@@ -397,6 +460,7 @@ class Offload:
                 self._drop(p)
 
     def _step_begins(self, module, _inputs):
+        self._backward_running = False
         self._recover()
         if not self._in_step:
             self._check(self._lib.strata_prefetcher_begin_step(self._fetch), "begin_step")
@@ -406,7 +470,21 @@ class Offload:
     def _forward_ends(self, module, _inputs, _output):
         self._stop_saving(module)
 
+    def _in_backward(self) -> bool:
+        """Whether autograd's backward is running (PyTorch 2 says so; on
+        older ones, whether this step's backward has reached a hook)."""
+        task = getattr(torch._C, "_current_graph_task_id", None)  # pylint: disable=protected-access
+        return self._backward_running or (task is not None and task() != -1)
+
     def _before_forward(self, module, _inputs):
+        if self._in_backward():
+            # A recompute in backward (activation checkpointing): what it
+            # saves is kept by the checkpoint, not by these hooks, and used
+            # later in this backward, so the parameters stay where they are
+            # until their gradients are accumulated.
+            for p in self._offloaded_params(module):
+                self._hold_for_backward(p)
+            return
         self._start_saving(module)  # a submodule called on its own
         params = self._offloaded_params(module)
         for i, p in enumerate(params):
@@ -440,12 +518,14 @@ class Offload:
     def _before_backward(self, module, grad):
         # Its parameters are needed from here (their saved views, their
         # gradients' accumulation): fetched together, early.
+        self._backward_running = True
         for p in self._offloaded_params(module):
             self._hold_for_backward(p)
         return grad
 
     def _grad_arrives(self, p, grad):
         # AccumulateGrad reads p's shape and layout: p points at its buffer.
+        self._backward_running = True
         if not self._closed:
             self._hold_for_backward(p)
         return grad
@@ -455,6 +535,7 @@ class Offload:
             self._drop(p)
 
     def _release_backward(self):
+        self._backward_running = False
         for p in list(self._backward.values()):
             del self._backward[id(p)]
             self._drop(p)
@@ -465,12 +546,18 @@ class Offload:
         prefetcher's step ends; the gradients are cleared."""
         self._recover()
         self._release_backward()
+        # The gradients a device kernel still reads on sim, kept until the
+        # stream is synchronized (on CUDA PyTorch frees them in stream order).
+        in_flight = []
         for p, h, m, v, master in self._params:
             if p.grad is None:
                 continue  # as torch.optim.Adam: no step for it, its count stays
             step = self._steps.get(id(p), 0) + 1
             self._steps[id(p)] = step
             grad = p.grad.detach().contiguous()
+            if grad.device != self._device:
+                raise OffloadError(f"step: {self._names.get(h, 'a parameter')}'s gradient is on "
+                                   f"{grad.device}, its parameter on {self._device}")
             held = []  # released whatever happens: a failed fill leaves the others as they were
             try:
                 ptrs = []
@@ -485,13 +572,22 @@ class Offload:
                     t.params_out = ptrs[3]
                     t.out_type = _DTYPES[self._shapes[id(p)][1]][0]  # p.data is empty now
                 t.count = grad.numel()
-                self._check(self._lib.strata_adam_step_host(self._kernels, ctypes.byref(t),
-                                                            ctypes.byref(self._opts), step),
-                            "adam step")
+                if self._adam == "device":
+                    self._check(self._lib.strata_adam_step_async(
+                        self._kernels, self._stream(), ctypes.byref(t), ctypes.byref(self._opts),
+                        step), "adam step")
+                    in_flight.append(grad)
+                else:
+                    self._check(self._lib.strata_adam_step_host(
+                        self._kernels, ctypes.byref(t), ctypes.byref(self._opts), step),
+                        "adam step")
             finally:
                 for handle in held:
                     self._release(handle)
             p.grad = None
+        if in_flight and not self._cuda:
+            self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
+        del in_flight
         if self._in_step:
             self._check(self._lib.strata_prefetcher_end_step(self._fetch), "end_step")
             self._in_step = False
@@ -506,7 +602,8 @@ class Offload:
             if master and fp32 is not None:
                 handle, dtype = fp32, torch.float32
             ptr = self._acquire(handle, AccessMode.READ_ONLY, through_prefetcher=False)
-            out.append(self._view(ptr, (shape, dtype)).clone())
+            view = self._view(ptr, (shape, dtype))
+            out.append(view.cpu() if self._cuda else view.clone())
             self._release(handle, through_prefetcher=False)
         return out
 
@@ -565,8 +662,48 @@ class Offload:
                          ("strata_residency_destroy", "_res"),
                          ("strata_allocator_destroy", "_alloc")):
             if getattr(self, name):
-                getattr(self._lib, fn)(getattr(self, name))
+                if name != "_alloc" or self._own_alloc:  # the plugin's stays the plugin's
+                    getattr(self._lib, fn)(getattr(self, name))
                 setattr(self, name, None)
+
+
+class _DeviceBytes:
+    """`nbytes` of CUDA memory at `ptr`, as PyTorch reads foreign device
+    memory (__cuda_array_interface__, version 2: no stream to wait on)."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (ptr, False), "version": 2}
+
+
+def _check_cuda_options(device: Any, conf: str, adam: Any) -> None:
+    """With install() active: no `device` of its own, no allocator key in
+    `conf` (STRATA_CONF configures the plugin's allocator), no host Adam."""
+    if device is not None:
+        raise OptionError(
+            "offload: with strata_torch.install() active, offload() uses the plugin's allocator "
+            f"of the current CUDA device (configured by STRATA_CONF): leave device={device!r} "
+            "out")
+    plugin = _allocator._library()  # pylint: disable=protected-access
+    for item in conf.split(","):
+        key = item.split(":", 1)[0].strip()
+        if "=" not in key and plugin.strata_torch_is_allocator_key(key.encode()):
+            raise OptionError(
+                f"offload: conf key {key!r} configures the allocator, which on CUDA is the "
+                "plugin's: set it in STRATA_CONF before strata_torch.install()")
+    if adam == "host":
+        raise OptionError("offload: adam='host' (Adam on host threads, ZeRO-Offload's way) is "
+                          "not available on CUDA yet: use adam='device'")
+
+
+def _plugin_allocator(index: int) -> ctypes.c_void_p:
+    """The plugin's allocator of CUDA device `index`, as a libstrata handle."""
+    plugin = _allocator._library()  # pylint: disable=protected-access
+    handle = plugin.strata_torch_allocator(index)
+    if not handle:
+        raise OffloadError(f"offload: Strata's allocator of cuda:{index}: "
+                           f"{plugin.strata_torch_last_error().decode()}")
+    return ctypes.c_void_p(handle)
 
 
 def _numel(shape):
