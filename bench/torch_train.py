@@ -11,6 +11,16 @@ Modes (--modes, default all four): `native` (PyTorch's caching allocator),
 `preload` (LD_PRELOAD=libstrata_preload.so under PyTorch's own caching).
 --limit-gib caps each process with torch.cuda.set_per_process_memory_fraction.
 
+Two more modes train a model that does not fit the cap
+(bench/torch_offload_modes.py): `offload` (strata_torch.offload over the
+plugin: parameters and AdamW state in Strata's tiers, AdamW on the GPU)
+and `fsdp-cpu-offload` (FSDP2 with CPUOffloadPolicy, one process: the
+anchor). With either, an uncapped native run follows, for the losses, and
+
+    offload: step strata / fsdp-cpu-offload R; device peak GiB strata S, fsdp F; loss difference D
+
+(D: the largest difference between Strata's losses and the uncapped run's).
+
 Per mode it prints the median step time (steps after the first), the
 median of the last half of the steps (the steady state: an allocator that
 warms up over its first steps shows there what a long run pays) and how
@@ -73,9 +83,12 @@ import statistics
 import subprocess
 import sys
 
+import torch_offload_modes
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODES = ("native", "expandable", "strata", "preload")
+ALL_MODES = MODES + torch_offload_modes.MODES
 # PyTorch 2.11 fails a checkpointed backward pass while its memory history
 # records Python frames (run_backward "returned NULL without setting an
 # exception"; seen on an H200 with transformers' gradient checkpointing).
@@ -133,7 +146,8 @@ def child(args):
     import torch
 
     result = {"mode": args.child}
-    if args.child == "strata":
+    strata = args.child in ("strata", "offload")  # Strata's plugin is PyTorch's allocator
+    if strata:
         sys.path.insert(0, os.path.join(args.build, "python"))  # the build's package
         import strata_torch
 
@@ -151,7 +165,9 @@ def child(args):
             torch.cuda.memory._record_memory_history(max_entries=400000, stacks="python")
     torch.manual_seed(0)
     cfg = model_config(args.model, args.seq)
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn).cuda()
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation=args.attn)
+    if args.child not in torch_offload_modes.MODES:  # those move it themselves
+        model = model.cuda()
     if args.checkpointing:
         model.gradient_checkpointing_enable()
     if args.lora:
@@ -164,7 +180,6 @@ def child(args):
         model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora,
                                                  target_modules=targets, lora_dropout=0.0))
     model.train()
-    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4)
     data = torch.randint(0, cfg.vocab_size, (args.batch, args.seq),
                          generator=torch.Generator().manual_seed(1)).cuda()
     _, total = torch.cuda.mem_get_info()
@@ -174,12 +189,17 @@ def child(args):
     # forward returns, as the calibration loop's `out = model(...)` does.
     held = {}
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "amp"):
-            held["out"] = model(input_ids=data, labels=data)
-        held["out"].loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    if args.child in torch_offload_modes.MODES:
+        step = torch_offload_modes.make_step(args, model, data, held)
+    else:
+        opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4)
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "amp"):
+                held["out"] = model(input_ids=data, labels=data)
+            held["out"].loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
     try:
         for _ in range(args.steps):
@@ -194,7 +214,7 @@ def child(args):
             losses.append(held["out"].loss.item())
             free, _ = torch.cuda.mem_get_info()
             used.append(total - free)
-            if args.child == "strata":  # per step: is the steady state free of driver calls?
+            if strata:  # per step: is the steady state free of driver calls?
                 per_step.append(strata_torch.memory_stats())
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
@@ -216,7 +236,7 @@ def child(args):
     result["host_s"] = host
     result["losses"] = losses
     result["device_used_gib"] = max(used) / GIB if used else None
-    if args.child == "strata":
+    if strata:
         stats = strata_torch.memory_stats()
         result["peak_allocated_gib"] = stats.get("allocated_bytes.all.peak", 0) / GIB
         result["peak_reserved_gib"] = stats.get("reserved_bytes.all.peak", 0) / GIB
@@ -268,7 +288,7 @@ def run_mode(mode, args, stacks="python"):
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     if mode == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    if mode == "strata" and args.strata_trace:
+    if mode in ("strata", "offload") and args.strata_trace:
         env["STRATA_CONF"] = ",".join(c for c in (env.get("STRATA_CONF"), TRACE_CONF) if c)
     if mode == "preload":
         env["LD_PRELOAD"] = os.path.join(args.build, "integrations", "preload",
@@ -338,13 +358,15 @@ def main():
                    "checkpointed run with them, the run is repeated without) or none")
     p.add_argument("--strata-trace", help="strata mode: write Strata's event trace (every "
                    "call, mapping and stitch) here as JSON")
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"of {', '.join(ALL_MODES)} (bench/torch_offload_modes.py has the last "
+                   "two: with either, an uncapped native run gives the losses to compare)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run the modes this many times, interleaved; a mode's step is the "
                    "median of its rounds'")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "default"))
     p.add_argument("--json", help="write every mode's results here")
-    p.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=ALL_MODES, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.steps < 2:
         raise SystemExit("torch_train: --steps must be at least 2 (the first is not timed)")
@@ -361,8 +383,11 @@ def main():
         return
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
-        if m not in MODES:
-            raise SystemExit(f"torch_train: unknown mode '{m}' ({', '.join(MODES)})")
+        if m not in ALL_MODES:
+            raise SystemExit(f"torch_train: unknown mode '{m}' ({', '.join(ALL_MODES)})")
+    offloaded = [m for m in modes if m in torch_offload_modes.MODES]
+    if offloaded and args.lora:
+        raise SystemExit(f"torch_train: {offloaded[0]} trains every parameter: no --lora")
     results = {}
     rounds = {m: [] for m in modes}  # every round's result, in order
     cap = f", cap {args.limit_gib:g} GiB" if args.limit_gib else ", uncapped"
@@ -388,6 +413,11 @@ def main():
           f"{ratio(get('strata', 'device_used_gib'), get('native', 'device_used_gib'))}, "
           f"strata / expandable "
           f"{ratio(get('strata', 'device_used_gib'), get('expandable', 'device_used_gib'))}")
+    if offloaded:
+        reference = run_mode("native", argparse.Namespace(**{**vars(args), "limit_gib": 0.0}))
+        print_mode("native uncapped (the losses offloading must keep)", reference)
+        results["native_uncapped"] = reference
+        print(torch_offload_modes.summary_line(results, reference, step_time, ratio))
     if args.json:
         out = {"args": vars(args), "results": results}
         if args.rounds > 1:

@@ -150,6 +150,49 @@ class RoundsTest(unittest.TestCase):
             with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
                 self.run_main(bad)
 
+    def test_offloaded_modes_against_fsdp_and_an_uncapped_run(self):
+        calls = []
+
+        def run_mode(mode, args):
+            calls.append((mode, args.limit_gib))
+            if mode == "native" and args.limit_gib:
+                return {"mode": mode, "step_s": [], "host_s": [], "peak_allocated_gib": 15.9,
+                        "peak_reserved_gib": 16.0, "device_used_gib": 16.5,
+                        "oom": "CUDA out of memory"}
+            steps = {"native": [1.0, 0.3, 0.3], "offload": [5.0, 1.2, 1.4],
+                     "fsdp-cpu-offload": [6.0, 3.2, 3.4]}[mode]
+            losses = {"native": [12.0, 11.5, 11.0], "offload": [12.0, 11.504, 11.008],
+                      "fsdp-cpu-offload": [12.01, 11.51, 11.02]}[mode]
+            return {"mode": mode, "step_s": steps, "host_s": steps, "losses": losses,
+                    "peak_allocated_gib": {"native": 30.0, "offload": 14.2,
+                                           "fsdp-cpu-offload": 8.99}[mode],
+                    "peak_reserved_gib": 15.0, "device_used_gib": 16.0}
+
+        out = io.StringIO()
+        saved = (torch_train.run_mode, torch_train.missing, sys.argv)
+        torch_train.run_mode = run_mode
+        torch_train.missing = lambda lora=False: None
+        sys.argv = ["torch_train.py", "--modes", "native,offload,fsdp-cpu-offload",
+                    "--limit-gib", "16", "--checkpointing"]
+        try:
+            with contextlib.redirect_stdout(out):
+                torch_train.main()
+        finally:
+            torch_train.run_mode, torch_train.missing, sys.argv = saved
+        text = out.getvalue()
+        # Every mode under the cap, then the native run again without it.
+        self.assertEqual(calls, [("native", 16.0), ("offload", 16.0),
+                                 ("fsdp-cpu-offload", 16.0), ("native", 0.0)])
+        self.assertIn("OOM: CUDA out of memory", text)
+        # Steps 1.3 / 3.3 s; Strata's losses against the uncapped run's: 8e-3 at most.
+        self.assertIn("offload: step strata / fsdp-cpu-offload 0.394; device peak GiB strata "
+                      "14.20, fsdp 8.99; loss difference 8.00e-03", text)
+
+    def test_offloaded_modes_take_no_lora(self):
+        with self.assertRaises(SystemExit) as e:
+            self.run_main(["--modes", "offload", "--lora", "8"])
+        self.assertIn("offload trains every parameter: no --lora", str(e.exception))
+
     def test_bad_rounds_are_refused(self):
         for bad in ("0", "17"):
             with self.assertRaises(SystemExit) as e:
