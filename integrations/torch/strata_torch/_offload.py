@@ -424,7 +424,7 @@ class Offload:
         self._uses[id(p)] -= 1
         if self._uses[id(p)] == 0:
             self._by_ptr.pop(p.data.data_ptr(), None)
-            p.data = torch.empty(0, dtype=p.dtype)
+            p.data = torch.empty(0, dtype=p.dtype, device=self._device)
 
     def _offloaded_params(self, module):
         return [p for p in module.parameters(recurse=False) if id(p) in self._handle]
