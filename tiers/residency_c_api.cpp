@@ -127,6 +127,24 @@ strata_status strata_residency_release(strata_residency* r, uint64_t handle, voi
   return impl != nullptr ? to_c(impl->release(handle, stream)) : no_manager(r);
 }
 
+strata_status strata_residency_acquire_host(strata_residency* r, uint64_t handle,
+                                            strata_access_mode mode, void** out) {
+  auto* impl = slot_target(r);
+  if (impl == nullptr) return no_manager(r);
+  if (out == nullptr) return null_output();
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto p = impl->acquire_host(handle, *m);
+  if (!p) return fail(p.error());
+  *out = *p;
+  return STRATA_OK;
+}
+
+strata_status strata_residency_release_host(strata_residency* r, uint64_t handle) {
+  auto* impl = slot_target(r);
+  return impl != nullptr ? to_c(impl->release_host(handle)) : no_manager(r);
+}
+
 strata_status strata_residency_unregister(strata_residency* r, uint64_t handle) {
   auto* impl = slot_target(r);
   return impl != nullptr ? to_c(impl->unregister(handle)) : no_manager(r);

@@ -349,6 +349,10 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
+  if (b.host_held > 0) {
+    return status{errc::invalid_argument, "residency manager: buffer " + std::to_string(handle) +
+                                              " is acquired on the host (acquire_host)"};
+  }
   ++b.acquired;  // not a victim while it comes in
   auto room = read_while_taking_room(handle, b);
   if (!room) {
@@ -409,9 +413,11 @@ status residency_core::release(std::uint64_t handle, void* stream) {
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
-  if (b.acquired == 0) {
+  if (b.acquired == b.host_held) {
     return {errc::invalid_argument,
-            "residency manager: buffer " + std::to_string(handle) + " is not acquired"};
+            "residency manager: buffer " + std::to_string(handle) +
+                (b.host_held > 0 ? " is acquired on the host: release_host ends that"
+                                 : " is not acquired")};
   }
   device& d = alloc_.dev();
   if (auto made = event_once(d, b.released, b.has_release_event); !made) return made;

@@ -12,6 +12,8 @@
 //   prefetch_fill.cpp     prefetch(): reads on the I/O thread, copies on the
 //                         fill stream, and the I/O thread's loop
 //   write_behind.cpp      NVMe copies of host buffers made in the background
+//   host_access.cpp       acquire_host/release_host: a buffer held on the
+//                         host for the host's own work
 //
 // How it works (managed buffers live on the device when in use and move
 // to pinned host memory, then to NVMe, when memory is needed):
@@ -123,6 +125,8 @@ class residency_core {
                                         residency_policy policy);
   result<void*> acquire(std::uint64_t handle, void* stream, access_mode mode);
   status release(std::uint64_t handle, void* stream);
+  result<void*> acquire_host(std::uint64_t handle, access_mode mode);
+  status release_host(std::uint64_t handle);
   status unregister(std::uint64_t handle);
   [[nodiscard]] result<tier> where(std::uint64_t handle);
   [[nodiscard]] result<std::size_t> size_of(std::uint64_t handle);
@@ -152,7 +156,8 @@ class residency_core {
     // so a write-behind under way knows its copy is no longer the buffer's.
     bool write_stale = false;
     bool no_writeback = false;  // a write-behind failed: not tried until it is spilled anew
-    unsigned acquired = 0;
+    unsigned acquired = 0;      // holds of either kind (device acquires and host_held)
+    unsigned host_held = 0;     // acquire_host's holds among them (host_access.cpp)
     void* device = nullptr;
     void* host = nullptr;
     std::uint64_t extent = 0;
@@ -187,6 +192,11 @@ class residency_core {
   // victim is left (the error of a passed-over one, if any, is returned).
   status spill_a_victim(const std::uint64_t* limit, buffer** spilled);
   status spill_to_host(buffer& b);
+  // Moves `b` (not held) onto the host tier from wherever it is: fresh host
+  // memory for a buffer never used, a spill from the device, a read from
+  // NVMe. Errors: out_of_memory (no host room), io_error; `b` stays where
+  // it was, or one tier down (a spill the host could not hold).
+  status bring_to_host(buffer& b);
   status spill_to_nvme(buffer& b);
   // An nvme_home buffer's last release: down to NVMe from where it is.
   status send_home(buffer& b);

@@ -34,6 +34,14 @@ status residency_manager::release(std::uint64_t handle, void* stream) {
   return core_->release(handle, stream);
 }
 
+result<void*> residency_manager::acquire_host(std::uint64_t handle, access_mode mode) {
+  return core_->acquire_host(handle, mode);
+}
+
+status residency_manager::release_host(std::uint64_t handle) {
+  return core_->release_host(handle);
+}
+
 status residency_manager::unregister(std::uint64_t handle) {
   return core_->unregister(handle);
 }

@@ -95,6 +95,22 @@ STRATA_C_API strata_status strata_residency_acquire_mode(strata_residency* r, ui
  * it where it was, released. */
 STRATA_C_API strata_status strata_residency_release(strata_residency* r, uint64_t handle,
                                                     void* stream);
+/* `*out` = the buffer's bytes in pinned host memory, for the host's own
+ * work (an optimizer step on host threads): the buffer comes up to the host
+ * tier (read from NVMe, or copied off the device after the work its
+ * releasing stream queued) and stays there, neither spilled nor
+ * prefetched, until strata_residency_release_host. Holds nest; returns
+ * when the bytes are there. STRATA_READ_WRITE drops the copies below (the
+ * host writes it). INVALID_ARGUMENT for an unknown handle or mode, a
+ * STRATA_PINNED_ON_DEVICE buffer or one acquired on the device;
+ * OUT_OF_MEMORY when the host tier cannot hold it; IO_ERROR when its NVMe
+ * read fails the checksum (it stays on NVMe). */
+STRATA_C_API strata_status strata_residency_acquire_host(strata_residency* r, uint64_t handle,
+                                                         strata_access_mode mode, void** out);
+/* Ends one strata_residency_acquire_host; the last makes the buffer
+ * movable again (a STRATA_NVME_HOME buffer goes home to NVMe now).
+ * INVALID_ARGUMENT if unknown or not acquired on the host. */
+STRATA_C_API strata_status strata_residency_release_host(strata_residency* r, uint64_t handle);
 /* Frees the buffer wherever it is. INVALID_ARGUMENT if unknown or still
  * acquired. */
 STRATA_C_API strata_status strata_residency_unregister(strata_residency* r, uint64_t handle);

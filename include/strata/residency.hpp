@@ -82,8 +82,27 @@ class STRATA_API residency_manager {
   /// (io_error, out_of_memory: the release is done, the buffer stays where
   /// it was).
   status release(std::uint64_t handle, void* stream);
+  /// The buffer's bytes in pinned host memory, for the host's own work (an
+  /// optimizer step on host threads): the buffer comes up to the host tier
+  /// (read from NVMe and checked, or copied off the device after the work
+  /// its releasing stream queued; a buffer never used gets fresh host
+  /// memory, contents undefined) and stays there, neither spilled nor
+  /// prefetched, until release_host. Holds nest. `mode` read_write: the
+  /// copies below (a kept NVMe extent) are dropped, the host writes the
+  /// bytes. Blocks until the bytes are there. Errors: invalid_argument
+  /// (unknown handle, a `pinned_on_device` buffer, one acquired on the
+  /// device), out_of_memory (the host tier cannot hold it; the buffer
+  /// stays where it was, or one tier down when the host could not take it
+  /// off the device), io_error (a read failed its checksum; it stays on
+  /// NVMe).
+  result<void*> acquire_host(std::uint64_t handle, access_mode mode = access_mode::read_write);
+  /// Ends one acquire_host; the last makes the buffer movable again (an
+  /// `nvme_home` buffer goes home to NVMe now, as at release). Errors:
+  /// invalid_argument (unknown handle, not acquired on the host), the
+  /// write's for `nvme_home`.
+  status release_host(std::uint64_t handle);
   /// Frees the buffer wherever it is. Errors: invalid_argument (unknown, or
-  /// still acquired).
+  /// still acquired, on the device or the host).
   status unregister(std::uint64_t handle);
   /// Where the buffer is now. Errors: invalid_argument (unknown handle).
   [[nodiscard]] result<tier> where(std::uint64_t handle);

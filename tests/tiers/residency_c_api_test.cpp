@@ -349,5 +349,38 @@ TEST(ResidencyC, ErrorsAreClear) {
       << "a destroyed allocator";
 }
 
+TEST(ResidencyC, HostHoldsThroughTheCApi) {
+  strata_allocator* a = nullptr;
+  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK);
+  strata_residency* r = nullptr;
+  ASSERT_EQ(strata_residency_create(a, "", &r), STRATA_OK) << strata_last_error_message();
+  std::uint64_t h = 0;
+  ASSERT_EQ(strata_residency_register(r, 4096, STRATA_BUFFER_OPTIMIZER_STATE, STRATA_EVICTABLE, &h),
+            STRATA_OK);
+  void* p = nullptr;
+  EXPECT_EQ(strata_residency_acquire_host(r, h, STRATA_READ_WRITE, nullptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_acquire_host(r, h, static_cast<strata_access_mode>(5), &p),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_acquire_host(nullptr, h, STRATA_READ_WRITE, &p),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_residency_release_host(r, h), STRATA_ERROR_INVALID_ARGUMENT) << "not held";
+  ASSERT_EQ(strata_residency_acquire_host(r, h, STRATA_READ_WRITE, &p), STRATA_OK)
+      << strata_last_error_message();
+  std::memset(p, 0x3c, 4096);
+  strata_status why = STRATA_OK;
+  EXPECT_EQ(c_tier_of(r, h, &why), STRATA_TIER_HOST);
+  void* dev = nullptr;
+  EXPECT_EQ(strata_residency_acquire(r, h, nullptr, &dev), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(strata_last_error_message(), "acquired on the host"), nullptr);
+  ASSERT_EQ(strata_residency_release_host(r, h), STRATA_OK);
+  ASSERT_EQ(strata_residency_acquire(r, h, nullptr, &dev), STRATA_OK);
+  ASSERT_EQ(strata_stream_synchronize(a, nullptr), STRATA_OK);
+  EXPECT_EQ(static_cast<const unsigned char*>(dev)[4095], 0x3c) << "the host's bytes, filled";
+  ASSERT_EQ(strata_residency_release(r, h, nullptr), STRATA_OK);
+  EXPECT_EQ(strata_residency_destroy(r), STRATA_OK);
+  EXPECT_EQ(strata_allocator_destroy(a), STRATA_OK);
+}
+
 }  // namespace
 }  // namespace strata::testing

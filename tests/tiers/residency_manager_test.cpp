@@ -14,94 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "residency_setup.hpp"
 #include "sim_device.hpp"
 #include "strata/nvme_store.hpp"
-#include "strata/residency.hpp"
 
 namespace strata::testing {
 namespace {
-
-constexpr std::size_t mib = std::size_t{1} << 20;
-
-std::string scratch() {
-  ::mkdir(STRATA_TEST_SCRATCH_DIR, 0700);
-  std::string dir = std::string(STRATA_TEST_SCRATCH_DIR) + "/residency";
-  ::mkdir(dir.c_str(), 0700);
-  return dir;
-}
-
-tier_options small_tiers(bool with_nvme = true) {
-  tier_options o;
-  o.host_chunk = 2 * mib;
-  o.host_capacity = 8 * mib;
-  if (with_nvme) {
-    o.nvme_dir = scratch();
-    o.nvme_block_size = 256 << 10;
-    o.nvme_queue_depth = 4;
-  }
-  return o;
-}
-
-struct setup {
-  std::unique_ptr<allocator> alloc;
-  std::unique_ptr<residency_manager> manager;
-  stream_handle streams[2]{};
-};
-
-setup make(const std::string& sim_spec, const tier_options& o, io_faults* faults = nullptr) {
-  setup s;
-  allocator_options options;
-  options.device = sim_spec;
-  s.alloc = std::make_unique<allocator>(options);
-  for (auto& st : s.streams) st = *s.alloc->dev().create_stream();
-  auto m = residency_manager::create(*s.alloc, o, faults);
-  EXPECT_TRUE(m.ok()) << m.error().to_string();
-  if (m) s.manager = std::move(*m);
-  return s;
-}
-
-// The buffers, their reference bytes, and checked use of them.
-struct model {
-  model(residency_manager& manager, device& d) : m(manager), dev(d) {}
-  residency_manager& m;
-  device& dev;
-  std::vector<std::uint64_t> handles;
-  std::vector<std::vector<unsigned char>> bytes;
-  std::mt19937 rng{20261122};
-
-  void add(std::size_t n) {
-    auto h = m.register_buffer(n, buffer_kind::optimizer_state, residency_policy::evictable);
-    ASSERT_TRUE(h.ok());
-    handles.push_back(*h);
-    bytes.emplace_back(n);
-    for (auto& b : bytes.back()) b = static_cast<unsigned char>(rng());
-  }
-  // Acquires buffer k, checks its bytes (after the first use), writes new
-  // ones, releases. Returns the acquire's status.
-  status use(std::size_t k, stream_handle s, bool first) {
-    auto p = m.acquire(handles[k], s.native);
-    if (!p) return p.error();
-    // The fill is ordered on `s`: "kernels" here are host reads and writes,
-    // so they wait for the stream first.
-    if (auto done = dev.synchronize_stream(s); !done) return done;
-    if (!first && std::memcmp(*p, bytes[k].data(), bytes[k].size()) != 0) {
-      ADD_FAILURE() << "buffer " << k << " lost its bytes";
-    }
-    for (std::size_t i = 0; i < bytes[k].size(); i += 4096) {
-      bytes[k][i] = static_cast<unsigned char>(rng());
-    }
-    std::memcpy(*p, bytes[k].data(), bytes[k].size());
-    return m.release(handles[k], s.native);
-  }
-  // Acquires buffer k read_only, checks its bytes, releases.
-  void read(std::size_t k, stream_handle s) {
-    auto p = m.acquire(handles[k], s.native, access_mode::read_only);
-    ASSERT_TRUE(p.ok()) << "buffer " << k << ": " << p.error().to_string();
-    ASSERT_TRUE(dev.synchronize_stream(s).ok());
-    EXPECT_EQ(std::memcmp(*p, bytes[k].data(), bytes[k].size()), 0) << "buffer " << k;
-    ASSERT_TRUE(m.release(handles[k], s.native).ok());
-  }
-};
 
 TEST(Residency, RandomUseForcesEverySpillAndFillAndKeepsEveryByte) {
   auto s = make("sim:capacity=16MiB", small_tiers());

@@ -1,0 +1,141 @@
+// acquire_host/release_host: a buffer held on the host for the host's own
+// work. A seeded random mix of device uses, read-only device reads and host
+// uses over every tier keeps every byte (a host write must never be undone
+// by a copy kept below it); the rules of holds (exclusive with device
+// acquires, nested, not pinned_on_device) are errors that say so; a held
+// buffer neither spills nor is pushed on to NVMe; an nvme_home buffer goes
+// home at its last host release.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "residency_setup.hpp"
+
+namespace strata::testing {
+namespace {
+
+// Holds buffer k on the host, checks its bytes (after its first use),
+// writes new ones, lets it go.
+status use_on_host(model& md, std::size_t k, bool first) {
+  auto p = md.m.acquire_host(md.handles[k]);
+  if (!p) return p.error();
+  if (md.m.where(md.handles[k]).value() != tier::host) {
+    ADD_FAILURE() << "buffer " << k << " is held on the host but not there";
+  }
+  if (!first && std::memcmp(*p, md.bytes[k].data(), md.bytes[k].size()) != 0) {
+    ADD_FAILURE() << "buffer " << k << " lost its bytes on the way to the host";
+  }
+  for (std::size_t i = 0; i < md.bytes[k].size(); i += 4096) {
+    md.bytes[k][i] = static_cast<unsigned char>(md.rng());
+  }
+  std::memcpy(*p, md.bytes[k].data(), md.bytes[k].size());
+  return md.m.release_host(md.handles[k]);
+}
+
+TEST(HostAccess, RandomUseOnTheHostAndTheDeviceKeepsEveryByte) {
+  auto s = make("sim:capacity=16MiB", small_tiers());
+  ASSERT_TRUE(s.manager);
+  model md(*s.manager, s.alloc->dev());
+  SCOPED_TRACE("seed 20261122");
+  for (int i = 0; i < 14; ++i) md.add(mib + (md.rng() % 1024) * 1024);  // ~21 MiB in all
+  for (std::size_t k = 0; k < md.handles.size(); ++k) {
+    // Half start on the host (fresh host memory), half on the device.
+    const status st = k % 2 == 0 ? use_on_host(md, k, true) : md.use(k, s.streams[0], true);
+    ASSERT_TRUE(st.ok()) << k << ": " << st.to_string();
+  }
+  for (int op = 0; op < 400; ++op) {
+    const std::size_t k = md.rng() % md.handles.size();
+    const unsigned how = md.rng() % 3;
+    if (how == 2) {  // read only: keeps the copies below, which a host write must drop
+      md.read(k, s.streams[op % 2]);
+      continue;
+    }
+    const status st = how == 0 ? use_on_host(md, k, false) : md.use(k, s.streams[op % 2], false);
+    ASSERT_TRUE(st.ok()) << "op " << op << ": " << st.to_string();
+  }
+  for (std::size_t k = 0; k < md.handles.size(); ++k) md.read(k, s.streams[0]);
+  const auto c = s.manager->stats();
+  EXPECT_GT(c.spills_to_host, 0u);
+  EXPECT_GT(c.spills_to_nvme, 0u);
+  EXPECT_GT(c.fills_from_nvme, 0u);
+  std::size_t total = 0;
+  for (const auto& b : md.bytes) total += b.size();
+  EXPECT_EQ(c.device_bytes + c.host_bytes + c.nvme_bytes, total);
+  for (const auto h : md.handles) ASSERT_TRUE(s.manager->unregister(h).ok());
+}
+
+TEST(HostAccess, HoldsFollowTheRulesAndSayWhy) {
+  auto s = make("sim:capacity=8MiB", small_tiers());
+  ASSERT_TRUE(s.manager);
+  residency_manager& m = *s.manager;
+  const auto message = [](const status& st) { return st.message(); };
+  EXPECT_EQ(m.acquire_host(42).code(), errc::invalid_argument);
+  EXPECT_EQ(m.release_host(42).code(), errc::invalid_argument);
+  auto pinned = m.register_buffer(mib, buffer_kind::parameter, residency_policy::pinned_on_device);
+  ASSERT_TRUE(pinned.ok());
+  auto held = m.acquire_host(*pinned);
+  ASSERT_FALSE(held.ok());
+  EXPECT_NE(message(held.error()).find("pinned on the device"), std::string::npos);
+
+  auto h = m.register_buffer(2 * mib, buffer_kind::optimizer_state, residency_policy::evictable);
+  ASSERT_TRUE(h.ok());
+  ASSERT_TRUE(m.acquire(*h, nullptr).ok());
+  held = m.acquire_host(*h);
+  ASSERT_FALSE(held.ok()) << "held on the device and the host at once";
+  EXPECT_NE(message(held.error()).find("acquired on the device"), std::string::npos);
+  ASSERT_TRUE(m.release(*h, nullptr).ok());
+  EXPECT_EQ(m.release_host(*h).code(), errc::invalid_argument) << "not held on the host";
+
+  auto first = m.acquire_host(*h);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_EQ(*m.where(*h), tier::host) << "came up off the device";
+  auto again = m.acquire_host(*h, access_mode::read_only);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *first) << "holds nest on the same bytes";
+  auto on_device = m.acquire(*h, nullptr);
+  ASSERT_FALSE(on_device.ok());
+  EXPECT_NE(message(on_device.error()).find("acquired on the host"), std::string::npos);
+  const status released = m.release(*h, nullptr);
+  EXPECT_NE(released.message().find("release_host ends that"), std::string::npos);
+  EXPECT_EQ(m.unregister(*h).code(), errc::invalid_argument) << "still held";
+
+  // Held, it stays on the host while others crowd the 8 MiB host tier
+  // (the rest goes to NVMe) and a plain allocation takes the device.
+  std::vector<std::uint64_t> others;
+  for (int i = 0; i < 6; ++i) {
+    others.push_back(
+        *m.register_buffer(2 * mib, buffer_kind::gradient, residency_policy::evictable));
+    ASSERT_TRUE(m.acquire(others.back(), nullptr).ok());
+    ASSERT_TRUE(m.release(others.back(), nullptr).ok());
+  }
+  auto big = s.alloc->try_malloc(7 * mib);
+  ASSERT_TRUE(big.ok()) << big.error().to_string();
+  EXPECT_EQ(*m.where(*h), tier::host);
+  EXPECT_GT(m.stats().spills_to_nvme, 0u) << "the host tier overflowed around the held buffer";
+  EXPECT_TRUE(s.alloc->try_free(*big).ok());
+  ASSERT_TRUE(m.release_host(*h).ok());
+  ASSERT_TRUE(m.release_host(*h).ok());
+  EXPECT_TRUE(m.acquire(*h, nullptr).ok()) << "movable again after the last release";
+  EXPECT_TRUE(m.release(*h, nullptr).ok());
+}
+
+TEST(HostAccess, AnNvmeHomeBufferGoesHomeAtItsLastHostRelease) {
+  auto s = make("sim:capacity=8MiB", small_tiers());
+  ASSERT_TRUE(s.manager);
+  residency_manager& m = *s.manager;
+  auto h = m.register_buffer(mib, buffer_kind::optimizer_state, residency_policy::nvme_home);
+  ASSERT_TRUE(h.ok());
+  auto p = m.acquire_host(*h);
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  std::memset(*p, 0x5a, mib);
+  ASSERT_TRUE(m.release_host(*h).ok());
+  EXPECT_EQ(*m.where(*h), tier::nvme);
+  auto back = m.acquire_host(*h, access_mode::read_only);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(static_cast<const unsigned char*>(*back)[mib - 1], 0x5a);
+  ASSERT_TRUE(m.release_host(*h).ok());
+  EXPECT_EQ(*m.where(*h), tier::nvme) << "an unwritten hold goes home with no write";
+}
+
+}  // namespace
+}  // namespace strata::testing
