@@ -3,8 +3,10 @@ does not fit the --limit-gib cap, trained anyway.
 
   offload           strata_torch.install(), then strata_torch.offload(model):
                     parameters and AdamW state in Strata's tiers over the
-                    plugin's allocator, AdamW on the GPU (Strata's kernel),
-                    autocast bf16 over fp32 weights as the native run.
+                    plugin's allocator, Strata's AdamW on the GPU (or, with
+                    --offload-adam host, on host threads over state held in
+                    host memory), autocast bf16 over fp32 weights as the
+                    native run.
   fsdp-cpu-offload  the anchor: FSDP2 (fully_shard per decoder layer and the
                     root, CPUOffloadPolicy, bf16 parameters with fp32
                     reduction, one process), torch.optim.AdamW on the host,
@@ -28,7 +30,8 @@ def offload_step(args, model, data, held):
     import strata_torch  # installed by the caller
     import torch
 
-    off = strata_torch.offload(model, lr=1e-4, adamw=True, weight_decay=0.01)
+    off = strata_torch.offload(model, lr=1e-4, adamw=True, weight_decay=0.01,
+                               adam=args.offload_adam)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "amp"):

@@ -296,7 +296,8 @@ def run_mode(mode, args, stacks="python"):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--model", args.model,
            "--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps),
            "--limit-gib", str(args.limit_gib), "--build", args.build, "--attn", args.attn,
-           "--lora", str(args.lora), "--precision", args.precision]
+           "--lora", str(args.lora), "--precision", args.precision,
+           "--offload-adam", args.offload_adam]
     if args.checkpointing:
         cmd.append("--checkpointing")
     if args.profile:
@@ -349,6 +350,9 @@ def main():
                    help="LoRA rank on the attention projections (peft); 0: full fine-tuning")
     p.add_argument("--precision", choices=("amp", "fp32"), default="amp",
                    help="autocast bf16 over fp32 weights, or plain fp32")
+    p.add_argument("--offload-adam", choices=("device", "host"), default="device",
+                   help="offload mode: Strata's AdamW on the GPU, or on host threads over state "
+                   "held in host memory (ZeRO-Offload's way)")
     p.add_argument("--profile", action="store_true",
                    help="profile one more step per mode: GPU kernel time against the step's span")
     p.add_argument("--snapshot", help="native mode: write its PyTorch memory snapshot (the "

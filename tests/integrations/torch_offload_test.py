@@ -53,6 +53,8 @@ torch.optim.Adam (foreach=False):
   - a model whose blocks are checkpointed (torch.utils.checkpoint, reentrant
     or not: the recompute in backward holds its parameters until their
     gradients are accumulated) trains like the plain model, to 1e-5;
+  - with adam="host" (the default here) the moments are held on the host
+    for each update and are never on the device after a step;
   - adam="device" (the kernel queued on the device's stream) trains like
     the plain model, to 1e-5 as above;
   - options it cannot take (a NaN or negative learning rate, betas outside
@@ -187,6 +189,11 @@ def offloaded(branch, nvme_dir):
         hits.append(st["hits"])
     params = off.parameters()
     stats = off.stats()
+    # Adam on the host (the default on sim): the moments are held on the
+    # host for each update and never cross to the device.
+    on_device = [n for n, _p in model.named_parameters()
+                 for k in ("exp_avg", "exp_avg_sq") if off.where(f"{n}.{k}") == "device"]
+    check("host Adam leaves the moments off the device", not on_device, str(on_device[:4]))
     torch_stats = strata_torch.memory_stats()
     check("memory_stats has the tiers and the prefetcher",
           torch_stats.get("offload.spills_to_nvme", 0) > 0 and "prefetch.hits" in torch_stats
@@ -216,10 +223,11 @@ def corrupted(nvme_dir):
 
 def too_small(nvme_dir):
     """The OffloadError of a device smaller than one Adam update's three
-    buffers (a 2 MiB weight and its two moments on a 5 MiB device)."""
+    buffers (a 2 MiB weight and its two moments on a 5 MiB device), with
+    Adam on the device (adam="host" holds them on the host instead)."""
     torch.manual_seed(SEED)
     model = Model()
-    off = offload(model, nvme_dir, capacity="5MiB")
+    off = offload(model, nvme_dir, capacity="5MiB", adam="device")
     try:
         train_step(model, off, 0)
         return None, None

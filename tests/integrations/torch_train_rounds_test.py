@@ -104,11 +104,11 @@ class RoundsTest(unittest.TestCase):
             args = torch_train.argparse.Namespace(
                 model="gpt2", batch=2, seq=256, steps=3, limit_gib=0.0, build="b",
                 attn="eager", lora=8, precision="fp32", checkpointing=True, profile=False,
-                snapshot=None, strata_trace=None)
+                snapshot=None, strata_trace=None, offload_adam="host")
             self.assertEqual(torch_train.run_mode("native", args), {"mode": "native"})
             cmd = " ".join(seen["cmd"])
             for part in ("--child native", "--attn eager", "--lora 8", "--precision fp32",
-                         "--checkpointing"):
+                         "--checkpointing", "--offload-adam host"):
                 self.assertIn(part, cmd)
             self.assertNotIn("--strata-trace", cmd)
             self.assertNotIn("trace_buffer", seen["env"].get("STRATA_CONF", ""))

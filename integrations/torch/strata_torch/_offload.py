@@ -49,10 +49,14 @@ step() runs Strata's Adam/AdamW kernel (the same operations as
 torch.optim.Adam/AdamW with foreach=False) on each parameter and its
 moments, then ends the prefetcher's step. `adam` chooses where:
 "device" (strata_adam_step_async: queued on the device's stream over the
-buffers acquired there, no host wait) or "host" (strata_adam_step_host, on
-host threads). For a bf16 parameter the kernel widens its bf16 gradient,
-updates the fp32 master and writes the parameter as the master rounded to
-nearest even.
+buffers acquired there, no host wait) or "host" (strata_adam_step_host on
+host threads, ZeRO-Offload's way: the parameter, or its fp32 master, and
+the moments are held in pinned host memory, strata_residency_acquire_host,
+so the state never crosses to the device; only the gradient comes down
+and the parameter goes up at its next use). A parameter with a buffer
+placed "device" (pinned there) is updated on the device either way. For a
+bf16 parameter the kernel widens its bf16 gradient, updates the fp32 master
+and writes the parameter as the master rounded to nearest even.
 
 Two devices:
   - With strata_torch.install() active (CUDA), the buffers are in the
@@ -64,8 +68,9 @@ Two devices:
     waits for a fetch); the model's other tensors (its buffers) move to
     the device. `device` must be left out (STRATA_CONF configures the
     plugin), as must allocator keys in `conf`. `adam` defaults to
-    "device"; "host" (ZeRO-Offload's way) is not available on CUDA yet.
-    Gradients are PyTorch's own CUDA tensors until step() consumes them.
+    "device". Gradients are PyTorch's own CUDA tensors until step()
+    consumes them (with adam="host", each is copied to pinned host memory
+    first).
     Needs NumPy (PyTorch reads the buffers' __cuda_array_interface__).
   - Otherwise the `sim` device, whose memory is host memory: parameters
     are CPU tensors viewing Strata's buffers (as ZeRO-3 re-points .data);
@@ -164,7 +169,7 @@ class Offload:
         conf = conf or ""
         self._cuda = _allocator.installed()
         if self._cuda:
-            _check_cuda_options(device, conf, adam)
+            _check_cuda_options(device, conf)
             self._device = torch.device("cuda", torch.cuda.current_device())
         else:
             self._device = torch.device("cpu")
@@ -200,6 +205,7 @@ class Offload:
         self._sizes: Dict[int, int] = {}  # handle -> bytes
         self._held: Dict[int, int] = {}  # handle -> acquires not yet released
         self._pinned: List[int] = []  # handles placed on the device
+        self._grad_staging: Optional[torch.Tensor] = None  # pinned host bytes for a gradient
         self._by_name: Dict[str, int] = {}  # buffer name (as placement patterns see it) -> handle
         self._uses: Dict[int, int] = {}  # id(parameter) -> acquires pointing it at its buffer now
         self._by_ptr: Dict[int, torch.nn.Parameter] = {}  # buffer address -> the parameter there
@@ -221,10 +227,8 @@ class Offload:
             self._res = self._make("strata_residency_create", self._alloc, conf.encode())
             self._fetch = self._make("strata_prefetcher_create", self._res, conf.encode())
             # The device kernels queue on the allocator's device; the host
-            # ones need none.
-            self._kernels = self._make("strata_kernels_create",
-                                       self._alloc if self._adam == "device" else None,
-                                       ctypes.c_uint(1))
+            # ones run on every hardware thread.
+            self._kernels = self._make("strata_kernels_create", self._alloc, ctypes.c_uint(0))
             self._register_all(model)
         except BaseException:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
@@ -385,6 +389,34 @@ class Offload:
         self._check(fn(self._fetch if through_prefetcher else self._res, h, self._stream()),
                     f"release of {self._names.get(h, f'buffer {h}')}")
         self._held[h] -= 1
+
+    def _acquire_host(self, h: int) -> int:
+        """Buffer `h` held in pinned host memory for the host Adam kernel."""
+        ptr = ctypes.c_void_p()
+        self._check(self._lib.strata_residency_acquire_host(self._res, h, AccessMode.READ_WRITE,
+                                                            ctypes.byref(ptr)),
+                    f"host acquire of {self._names.get(h, f'buffer {h}')}")
+        if ptr.value is None:
+            raise OffloadError(f"host acquire of {self._names.get(h, f'buffer {h}')}: Strata "
+                               "returned success with a null pointer")
+        return ptr.value
+
+    def _release_host(self, h: int) -> None:
+        self._check(self._lib.strata_residency_release_host(self._res, h),
+                    f"host release of {self._names.get(h, f'buffer {h}')}")
+
+    def _host_gradient(self, grad: torch.Tensor) -> torch.Tensor:
+        """`grad` where host threads can read it: itself on sim, a copy in
+        pinned host memory (reused from one parameter to the next) on CUDA."""
+        if not self._cuda:
+            return grad
+        nbytes = grad.numel() * grad.element_size()
+        if self._grad_staging is None or self._grad_staging.numel() < nbytes:
+            self._grad_staging = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        host = self._grad_staging[:nbytes].view(grad.dtype).view(grad.shape)
+        host.copy_(grad, non_blocking=True)
+        torch.cuda.current_stream(self._device).synchronize()
+        return host
 
     def _fill(self, h, src, zeros=0):
         """Buffer `h` = `src`'s values, or `zeros` fp32 zeros (src None)."""
@@ -558,11 +590,17 @@ class Offload:
             if grad.device != self._device:
                 raise OffloadError(f"step: {self._names.get(h, 'a parameter')}'s gradient is on "
                                    f"{grad.device}, its parameter on {self._device}")
+            handles = (h, m, v) if master is None else (master, m, v, h)
+            # ZeRO-Offload's way unless a buffer is pinned on the device.
+            on_host = self._adam == "host" and not any(x in self._pinned for x in handles)
+            if on_host:
+                grad = self._host_gradient(grad)
             held = []  # released whatever happens: a failed fill leaves the others as they were
             try:
                 ptrs = []
-                for handle in (h, m, v) if master is None else (master, m, v, h):
-                    ptrs.append(self._acquire(handle, AccessMode.READ_WRITE))
+                for handle in handles:
+                    ptrs.append(self._acquire_host(handle) if on_host
+                                else self._acquire(handle, AccessMode.READ_WRITE))
                     held.append(handle)
                 t = _native.AdamTensors()
                 t.params, t.exp_avg, t.exp_avg_sq = ptrs[:3]
@@ -572,18 +610,23 @@ class Offload:
                     t.params_out = ptrs[3]
                     t.out_type = _DTYPES[self._shapes[id(p)][1]][0]  # p.data is empty now
                 t.count = grad.numel()
-                if self._adam == "device":
+                # Host threads for a host update, and on sim (whose device
+                # memory they can reach) unless adam="device".
+                if on_host or (not self._cuda and self._adam == "host"):
+                    self._check(self._lib.strata_adam_step_host(
+                        self._kernels, ctypes.byref(t), ctypes.byref(self._opts), step),
+                        "adam step")
+                else:
                     self._check(self._lib.strata_adam_step_async(
                         self._kernels, self._stream(), ctypes.byref(t), ctypes.byref(self._opts),
                         step), "adam step")
                     in_flight.append(grad)
-                else:
-                    self._check(self._lib.strata_adam_step_host(
-                        self._kernels, ctypes.byref(t), ctypes.byref(self._opts), step),
-                        "adam step")
             finally:
                 for handle in held:
-                    self._release(handle)
+                    if on_host:
+                        self._release_host(handle)
+                    else:
+                        self._release(handle)
             p.grad = None
         if in_flight and not self._cuda:
             self._check(self._lib.strata_stream_synchronize(self._alloc, None), "synchronize")
@@ -676,9 +719,9 @@ class _DeviceBytes:
                                          "data": (ptr, False), "version": 2}
 
 
-def _check_cuda_options(device: Any, conf: str, adam: Any) -> None:
+def _check_cuda_options(device: Any, conf: str) -> None:
     """With install() active: no `device` of its own, no allocator key in
-    `conf` (STRATA_CONF configures the plugin's allocator), no host Adam."""
+    `conf` (STRATA_CONF configures the plugin's allocator)."""
     if device is not None:
         raise OptionError(
             "offload: with strata_torch.install() active, offload() uses the plugin's allocator "
@@ -691,9 +734,6 @@ def _check_cuda_options(device: Any, conf: str, adam: Any) -> None:
             raise OptionError(
                 f"offload: conf key {key!r} configures the allocator, which on CUDA is the "
                 "plugin's: set it in STRATA_CONF before strata_torch.install()")
-    if adam == "host":
-        raise OptionError("offload: adam='host' (Adam on host threads, ZeRO-Offload's way) is "
-                          "not available on CUDA yet: use adam='device'")
 
 
 def _plugin_allocator(index: int) -> ctypes.c_void_p:
