@@ -533,7 +533,7 @@ def hostile_losses(nvme_dir, steps=6, offloaded=True, fail_at=None):
             if offloaded:
                 off.step()
                 check("nothing stays held after step()",
-                      not any(n > 0 for n in off._held.values()), str(off._held))
+                      not any(n > 0 for n in off._t.held.values()), str(off._t.held))
             else:
                 opt.step()
             losses.append(loss.item())
