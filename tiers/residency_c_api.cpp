@@ -49,6 +49,22 @@ strata_status no_manager(strata_residency* r) {
                                                            : "the residency manager was destroyed");
 }
 
+// An acquire of either kind: the handle, `out` and `mode` checked, then
+// `take(manager, mode)`'s pointer into *out.
+template <class Take>
+strata_status acquire_into(strata_residency* r, const strata_access_mode& mode, void** out,
+                           Take take) {
+  auto* impl = slot_target(r);
+  if (impl == nullptr) return no_manager(r);
+  if (out == nullptr) return null_output();
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto p = take(*impl, *m);
+  if (!p) return fail(p.error());
+  *out = *p;
+  return STRATA_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -111,15 +127,9 @@ strata_status strata_residency_acquire(strata_residency* r, uint64_t handle, voi
 
 strata_status strata_residency_acquire_mode(strata_residency* r, uint64_t handle, void* stream,
                                             strata_access_mode mode, void** out) {
-  auto* impl = slot_target(r);
-  if (impl == nullptr) return no_manager(r);
-  if (out == nullptr) return null_output();
-  auto m = strata::c_api::access_mode_of(mode);
-  if (!m) return fail(m.error());
-  auto p = impl->acquire(handle, stream, *m);
-  if (!p) return fail(p.error());
-  *out = *p;
-  return STRATA_OK;
+  return acquire_into(r, mode, out, [&](strata::residency_manager& m, strata::access_mode how) {
+    return m.acquire(handle, stream, how);
+  });
 }
 
 strata_status strata_residency_release(strata_residency* r, uint64_t handle, void* stream) {
@@ -129,15 +139,9 @@ strata_status strata_residency_release(strata_residency* r, uint64_t handle, voi
 
 strata_status strata_residency_acquire_host(strata_residency* r, uint64_t handle,
                                             strata_access_mode mode, void** out) {
-  auto* impl = slot_target(r);
-  if (impl == nullptr) return no_manager(r);
-  if (out == nullptr) return null_output();
-  auto m = strata::c_api::access_mode_of(mode);
-  if (!m) return fail(m.error());
-  auto p = impl->acquire_host(handle, *m);
-  if (!p) return fail(p.error());
-  *out = *p;
-  return STRATA_OK;
+  return acquire_into(r, mode, out, [&](strata::residency_manager& m, strata::access_mode how) {
+    return m.acquire_host(handle, how);
+  });
 }
 
 strata_status strata_residency_release_host(strata_residency* r, uint64_t handle) {

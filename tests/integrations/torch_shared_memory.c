@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   int (*res_release)(strata_residency*, uint64_t, void*) = need(lib, "strata_residency_release");
   int (*res_where)(strata_residency*, uint64_t, int*) = need(lib, "strata_residency_where");
   int (*allocator_destroy)(strata_allocator*) = need(lib, "strata_allocator_destroy");
+  int (*synchronize)(strata_allocator*, void*) = need(lib, "strata_stream_synchronize");
   const char* (*last_message)(void) = need(lib, "strata_last_error_message");
 
   strata_allocator* a = allocator_of(0);
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
   for (int b = 0; b < buffers; ++b) {
     void* p = NULL;
     if (res_acquire(r, h[b], NULL, STRATA_READ_WRITE, &p) != 0) fail(last_message(), b);
+    /* The fill is ordered on the stream: the host reads after it. */
+    if (synchronize(a, NULL) != 0) fail(last_message(), b);
     for (size_t i = 0; i < buffer_bytes; i += 4093) {
       if (((unsigned char*)p)[i] != value_at(b, i)) fail("a buffer's bytes after its spill", b);
     }
