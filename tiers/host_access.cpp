@@ -79,6 +79,9 @@ result<void*> residency_core::acquire_host(std::uint64_t handle, access_mode mod
   ++b.acquired;  // not a victim while it comes up
   ++b.host_held;
   if (b.reading) wait_for_read(lock, b);  // a prefetch's read lands it on the host
+  // A prefetch's read that landed on the host has served: it goes no
+  // further. (One still bound for the device is undone below, as wasted.)
+  if (b.where == tier::host) set_prefetched(b, false);
   status st = b.read_failure;
   b.read_failure = {};
   if (st && b.where != tier::host) st = bring_to_host(b);

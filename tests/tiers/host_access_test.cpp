@@ -119,6 +119,31 @@ TEST(HostAccess, HoldsFollowTheRulesAndSayWhy) {
   EXPECT_TRUE(m.release(*h, nullptr).ok());
 }
 
+// A prefetch under way (an NVMe read, or a copy to the device) when the
+// host holds the buffer ends with the buffer on the host, its bytes whole,
+// and nothing left counted as headed for the device.
+TEST(HostAccess, APrefetchUnderWayEndsOnTheHost) {
+  auto s = make("sim:capacity=16MiB", small_tiers());
+  ASSERT_TRUE(s.manager);
+  model md(*s.manager, s.alloc->dev());
+  for (int i = 0; i < 14; ++i) md.add(2 * mib);  // 28 MiB: 16 on the device, 8 host, the rest NVMe
+  for (std::size_t k = 0; k < md.handles.size(); ++k) {
+    ASSERT_TRUE(md.use(k, s.streams[0], true).ok()) << k;
+  }
+  for (const tier from : {tier::nvme, tier::host}) {
+    std::size_t k = 0;
+    while (k < md.handles.size() && md.m.where(md.handles[k]).value() != from) ++k;
+    ASSERT_LT(k, md.handles.size()) << "no buffer on tier " << static_cast<int>(from);
+    auto started = md.m.prefetch(md.handles[k], tier::device, 1);
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    const status st = use_on_host(md, k, false);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(md.m.where(md.handles[k]).value(), tier::host);
+    EXPECT_EQ(md.m.stats().prefetched_bytes, 0u) << "from tier " << static_cast<int>(from);
+    md.read(k, s.streams[0]);
+  }
+}
+
 TEST(HostAccess, AnNvmeHomeBufferGoesHomeAtItsLastHostRelease) {
   auto s = make("sim:capacity=8MiB", small_tiers());
   ASSERT_TRUE(s.manager);
