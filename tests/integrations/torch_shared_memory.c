@@ -6,9 +6,9 @@
  *
  *   torch_shared_memory LIBRARY
  * STRATA_CONF names a 256 MiB device whose memory the host can read (sim,
- * or cuda over the stand-in driver), so the bytes are checked directly. libstrata's functions are looked up
- * through the plugin's handle: the copy of Strata the plugin links. Exits 1
- * on the first failure, naming it. */
+ * or cuda over the stand-in driver), so the bytes are checked directly. libstrata's functions are
+ * looked up through the plugin's handle: the copy of Strata the plugin links. Exits 1 on the first
+ * failure, naming it. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>

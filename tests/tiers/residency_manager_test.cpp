@@ -22,11 +22,11 @@ namespace strata::testing {
 namespace {
 
 TEST(Residency, RandomUseForcesEverySpillAndFillAndKeepsEveryByte) {
-  auto s = make("sim:capacity=16MiB", small_tiers());
-  ASSERT_TRUE(s.manager);
-  model md(*s.manager, s.alloc->dev());
+  random_buffers r;
+  ASSERT_TRUE(r.md);
+  setup& s = r.s;
+  model& md = *r.md;
   SCOPED_TRACE("seed 20261122");
-  for (int i = 0; i < 14; ++i) md.add(mib + (md.rng() % 1024) * 1024);  // ~21 MiB in all
   for (std::size_t k = 0; k < md.handles.size(); ++k) {
     ASSERT_TRUE(md.use(k, s.streams[k % 2], true).ok()) << k;
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -98,6 +99,20 @@ struct model {
     ASSERT_TRUE(dev.synchronize_stream(s).ok());
     EXPECT_EQ(std::memcmp(*p, bytes[k].data(), bytes[k].size()), 0) << "buffer " << k;
     ASSERT_TRUE(m.release(handles[k], s.native).ok());
+  }
+};
+
+/// The random tests' working set: 14 buffers of 1 to 2 MiB (sizes from the
+/// model's seeded generator, ~21 MiB in all) over a 16 MiB sim device, the
+/// 8 MiB host tier and NVMe, each of them forced through every tier.
+struct random_buffers {
+  setup s = make("sim:capacity=16MiB", small_tiers());
+  std::optional<model> md;
+
+  random_buffers() {
+    if (!s.manager) return;
+    md.emplace(*s.manager, s.alloc->dev());
+    for (int i = 0; i < 14; ++i) md->add(mib + (md->rng() % 1024) * 1024);
   }
 };
 
