@@ -1,5 +1,8 @@
 // alloc+free pair of a cached block: Strata against glibc malloc and
 // jemalloc, same sizes, same binary. Names: pair/<allocator>/<bytes>.
+// And pairs that cycle through N large sizes (mixed/<allocator>/<N>):
+// training asks for many sizes in turn, where one size at a time measures
+// only the best case (Strata's per-thread large slot holds one block).
 //
 //   build/default/bench/alloc_bench --benchmark_repetitions=5
 //     --benchmark_report_aggregates_only=true   (one command line)
@@ -49,6 +52,52 @@ void pair_strata(benchmark::State& state) {
   }
 }
 
+// The large sizes mixed/ cycles through (its argument: how many of them).
+constexpr std::array<std::size_t, 4> cycle{1 << 20, 8 << 20, 24 << 20, 72 << 20};
+
+void mixed_strata(benchmark::State& state) {
+  auto& f = fixture();
+  const auto n = static_cast<std::size_t>(state.range(0));
+  for (std::size_t k = 0; k < n; ++k) {  // every size's pages mapped once
+    auto warm = f.alloc.try_malloc_async(cycle[k], f.streams[0]);
+    if (!warm || !f.alloc.try_free_async(*warm, f.streams[0])) {
+      state.SkipWithError("strata: warm-up allocation failed");
+      return;
+    }
+  }
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto p = f.alloc.try_malloc_async(cycle[i++ % n], f.streams[0]);
+    benchmark::DoNotOptimize(p.value());
+    (void)f.alloc.try_free_async(p.value(), f.streams[0]);
+  }
+}
+
+template <void* (*Alloc)(std::size_t), void (*Free)(void*, std::size_t)>
+void mixed_host(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const std::size_t bytes = cycle[i++ % n];
+    void* p = Alloc(bytes);
+    benchmark::DoNotOptimize(p);
+    Free(p, bytes);
+  }
+}
+
+void* glibc_alloc(std::size_t bytes) {
+  return __libc_malloc(bytes);
+}
+void glibc_free(void* p, std::size_t /*bytes*/) {
+  __libc_free(p);
+}
+void* jemalloc_alloc(std::size_t bytes) {
+  return mallocx(bytes, 0);
+}
+void jemalloc_free(void* p, std::size_t bytes) {
+  sdallocx(p, bytes, 0);
+}
+
 void pair_glibc(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
@@ -74,6 +123,12 @@ void register_all() {
     for (auto size : sizes) {
       benchmark::RegisterBenchmark(name, fn)->Arg(size)->Threads(1)->Threads(2)->UseRealTime();
     }
+  }
+  for (auto [name, fn] :
+       {std::pair{"mixed/strata", &mixed_strata},
+        std::pair{"mixed/glibc", &mixed_host<glibc_alloc, glibc_free>},
+        std::pair{"mixed/jemalloc", &mixed_host<jemalloc_alloc, jemalloc_free>}}) {
+    benchmark::RegisterBenchmark(name, fn)->Arg(1)->Arg(2)->Arg(4)->UseRealTime();
   }
 }
 
