@@ -49,7 +49,10 @@ torch.optim.Adam (foreach=False):
   - an exception inside a module's forward leaks nothing: the next steps
     run on a device that only fits if nothing stayed held;
   - offload(conf=...) obeys allocator keys (memory_fraction) and refuses
-    bad ones; offloading one model twice says so;
+    bad ones; offloading one model twice says so; with install() active
+    (the plugin loaded as install() leaves it) a device of offload()'s own
+    and the plugin's allocator and integration keys are refused, tier and
+    prefetch keys pass;
   - a model whose blocks are checkpointed (torch.utils.checkpoint, reentrant
     or not: the recompute in backward holds its parameters until their
     gradients are accumulated) trains like the plain model, to 1e-5;
@@ -543,6 +546,32 @@ def hostile_losses(nvme_dir, steps=6, offloaded=True, fail_at=None):
     return losses
 
 
+def cuda_options():
+    """What offload() refuses with install() active, checked against the
+    plugin itself (CPU PyTorch cannot install it: the check takes the
+    loaded library): (device given, an allocator key, an integration key,
+    tier and prefetch keys) -> each one's OptionError text, or None."""
+    from strata_torch import _native  # pylint: disable=import-outside-toplevel
+    from strata_torch import _tier_buffers  # pylint: disable=import-outside-toplevel
+
+    saved = strata_torch._allocator._lib  # pylint: disable=protected-access
+    strata_torch._allocator._lib = _native.load(_native.TORCH_PLUGIN)  # as install() leaves it
+    out = []
+    try:
+        for device, conf in (("sim:capacity=8MiB", ""),
+                             (None, "host_capacity:1GiB,memory_fraction:0.5"),
+                             (None, "report_on_exit:/tmp/r.txt"),
+                             (None, "host_capacity:1GiB,nvme_dir:/tmp,prefetch_inflight:2")):
+            try:
+                _tier_buffers.check_cuda_options(device, conf)
+                out.append(None)
+            except strata_torch.OptionError as e:
+                out.append(str(e))
+    finally:
+        strata_torch._allocator._lib = saved  # pylint: disable=protected-access
+    return out
+
+
 def conf_keys(nvme_dir):
     """The errors of offload(conf=...) with allocator keys: memory_fraction
     obeyed (no room), a bad value refused; and of offloading a model twice."""
@@ -690,6 +719,16 @@ def main():
     worst = max(abs(a - b) for a, b in zip(after, want))
     check("a forward that raised leaks nothing", worst <= 1e-5, f"differ by {worst}")
     print(f"torch_offload_test: a forward that raised: the next steps' losses within {worst:.1e}")
+    refused = cuda_options()
+    check("CUDA: a device of its own is refused",
+          refused[0] is not None and "leave device=" in refused[0], str(refused[0]))
+    check("CUDA: an allocator key is refused",
+          refused[1] is not None and "'memory_fraction' configures the allocator" in refused[1],
+          str(refused[1]))
+    check("CUDA: an integration key is refused",
+          refused[2] is not None and "'report_on_exit'" in refused[2], str(refused[2]))
+    check("CUDA: tier and prefetch keys pass", refused[3] is None, str(refused[3]))
+    print(f"torch_offload_test: on CUDA, refused: {refused[1]}")
     obeyed, refused, twice = conf_keys(nvme_dir)
     check("conf: memory_fraction is obeyed", obeyed is not None and "out of memory" in obeyed,
           str(obeyed))
