@@ -412,7 +412,11 @@ void caching_allocator::finish_free_block(stream_state& st, stream_arena& arena,
   arena.mark_freed(it->first, b.size);
   pages_.block_dead(arena, it->first, b.size);
   arena.blocks().release(it);
-  if (arena.open_frees() >= seal_every && arena.seal_due(dev_->host_clock())) {
+  // The clock is read at every `seal_every`-th open free only: read at
+  // every free once `seal_every` were open, it was a tenth of a locked
+  // pair's time (bench/RESULTS.md, "Large sizes in turn").
+  if (arena.open_frees() % seal_every == 0 && arena.open_frees() > 0 &&
+      arena.seal_due(dev_->host_clock())) {
     // An epoch sealed soon after its frees is known done soon after the
     // GPU passes them: a later step may then unmap there (a repair,
     // page_repair.cpp) without waiting. Two event calls per `seal_every`
