@@ -18,23 +18,8 @@
 
 #include "pinned_host_pool.hpp"
 #include "residency_core.hpp"
-#include "strata/nvme_store.hpp"
 
 namespace strata {
-
-namespace {
-
-status unknown(std::uint64_t handle) {
-  return {errc::invalid_argument,
-          "residency manager: no buffer with handle " + std::to_string(handle)};
-}
-
-status refused(std::uint64_t handle, const char* why) {
-  return {errc::invalid_argument,
-          "residency manager: buffer " + std::to_string(handle) + " " + why};
-}
-
-}  // namespace
 
 status residency_core::bring_to_host(buffer& b) {
   if (b.where == tier::none) {
@@ -55,13 +40,7 @@ status residency_core::bring_to_host(buffer& b) {
   if (b.where == tier::nvme) {
     auto host = host_memory(b.bytes);
     if (!host) return host.error();
-    if (auto read = nvme_->read(b.extent, *host, b.bytes); !read) {  // checksum checked
-      host_->free(*host);
-      return read;
-    }
-    keep_extent(b);
-    b.host = *host;
-    moved(b, tier::host, accounts_.c.fills_from_nvme);
+    return read_to_host(b, *host);
   }
   return {};
 }

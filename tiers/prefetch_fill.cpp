@@ -66,10 +66,7 @@ result<prefetch_outcome> residency_core::start_prefetch(std::uint64_t handle, ti
   }
   retire_finished();
   auto it = buffers_.find(handle);
-  if (it == buffers_.end()) {
-    return status{errc::invalid_argument,
-                  "residency manager: no buffer with handle " + std::to_string(handle)};
-  }
+  if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
   if (b.acquired > 0 || b.where == tier::none || b.where == tier::device ||
       (to == tier::host && b.where == tier::host)) {

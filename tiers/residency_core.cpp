@@ -11,11 +11,6 @@ namespace strata {
 
 namespace {
 
-status unknown(std::uint64_t handle) {
-  return {errc::invalid_argument,
-          "residency manager: no buffer with handle " + std::to_string(handle)};
-}
-
 // `stream` as the device knows it. Errors: invalid_argument for a stream
 // the device did not make (sim; a GPU driver accepts any handle).
 result<stream_handle> check_stream(device& d, void* stream, const char* call) {
@@ -39,6 +34,16 @@ status event_once(device& d, event_handle& e, bool& made) {
 }
 
 }  // namespace
+
+status residency_core::unknown(std::uint64_t handle) {
+  return {errc::invalid_argument,
+          "residency manager: no buffer with handle " + std::to_string(handle)};
+}
+
+status residency_core::refused(std::uint64_t handle, const std::string& why) {
+  return {errc::invalid_argument,
+          "residency manager: buffer " + std::to_string(handle) + " " + why};
+}
 
 result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
                                                                const tier_options& options,
@@ -279,20 +284,24 @@ status residency_core::fill(buffer& b, void* room) {
     if (!host && host.code() == errc::out_of_memory) {
       st = stream_from_nvme(b, *dev);  // the host tier cannot hold it: straight to the device
     } else {
-      st = host ? nvme_->read(b.extent, *host, b.bytes) : host.error();  // checksum checked
-      if (st) {
-        keep_extent(b);
-        b.host = *host;
-        moved(b, tier::host, accounts_.c.fills_from_nvme);
-      } else if (host) {
-        host_->free(*host);
-      }
+      st = host ? read_to_host(b, *host) : host.error();
     }
   }
   if (st && b.where == tier::host) st = queue_fill_copy(b, *dev);
   if (!st) (void)alloc_.try_free(*dev);  // the buffer stays where it was
   accounts_.c.fill_wait_ns += elapsed_ns(t0);
   return st;
+}
+
+status residency_core::read_to_host(buffer& b, void* host) {
+  if (auto read = nvme_->read(b.extent, host, b.bytes); !read) {  // checksum checked
+    host_->free(host);
+    return read;
+  }
+  keep_extent(b);
+  b.host = host;
+  moved(b, tier::host, accounts_.c.fills_from_nvme);
+  return {};
 }
 
 status residency_core::order_after_fill(buffer& b, stream_handle stream, bool late) {
@@ -349,10 +358,7 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
-  if (b.host_held > 0) {
-    return status{errc::invalid_argument, "residency manager: buffer " + std::to_string(handle) +
-                                              " is acquired on the host (acquire_host)"};
-  }
+  if (b.host_held > 0) return refused(handle, "is acquired on the host (acquire_host)");
   ++b.acquired;  // not a victim while it comes in
   auto room = read_while_taking_room(handle, b);
   if (!room) {
@@ -414,10 +420,8 @@ status residency_core::release(std::uint64_t handle, void* stream) {
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
   if (b.acquired == b.host_held) {
-    return {errc::invalid_argument,
-            "residency manager: buffer " + std::to_string(handle) +
-                (b.host_held > 0 ? " is acquired on the host: release_host ends that"
-                                 : " is not acquired")};
+    return refused(handle, b.host_held > 0 ? "is acquired on the host: release_host ends that"
+                                           : "is not acquired");
   }
   device& d = alloc_.dev();
   if (auto made = event_once(d, b.released, b.has_release_event); !made) return made;
@@ -434,8 +438,7 @@ status residency_core::unregister(std::uint64_t handle) {
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
   if (it->second.acquired > 0) {
-    return {errc::invalid_argument,
-            "residency manager: buffer " + std::to_string(handle) + " is still acquired"};
+    return refused(handle, "is still acquired");
   }
   // A prefetch read into its host memory finishes first (the reader hands
   // it back to this buffer). A write-behind of it is abandoned at its next

@@ -93,6 +93,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <unordered_map>
 
@@ -182,6 +183,11 @@ class residency_core {
     bool by_acquire = false;              // an acquire's own read, not a prefetch's
   };
 
+  // The errors calls on a handle share: none registered, and one that may
+  // not be used so now (`why` completes "buffer N ...").
+  static status unknown(std::uint64_t handle);
+  static status refused(std::uint64_t handle, const std::string& why);
+
   residency_core(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                  std::unique_ptr<nvme_store> nvme, bool verify_nvme);
   // A released device (or host) buffer its policy lets move down, or null
@@ -192,6 +198,10 @@ class residency_core {
   // victim is left (the error of a passed-over one, if any, is returned).
   status spill_a_victim(const std::uint64_t* limit, buffer** spilled);
   status spill_to_host(buffer& b);
+  // Reads `b` (on NVMe) into `host`, host memory taken for it: checksum
+  // checked, the extent kept (the buffer is unwritten), `b` on the host.
+  // On failure `host` is freed and `b` stays on NVMe.
+  status read_to_host(buffer& b, void* host);
   // Moves `b` (not held) onto the host tier from wherever it is: fresh host
   // memory for a buffer never used, a spill from the device, a read from
   // NVMe. Errors: out_of_memory (no host room), io_error; `b` stays where
