@@ -402,6 +402,10 @@ class Offload:
         prefetcher's step ends; the gradients are cleared."""
         self._recover()
         self._release_backward()
+        for p, h, *_state in self._params:  # checked before anything changes
+            if p.grad is not None and p.grad.device != self._device:
+                raise OffloadError(f"step: {self._t.names.get(h, 'a parameter')}'s gradient is on "
+                                   f"{p.grad.device}, its parameter on {self._device}")
         # The gradients a device kernel still reads on sim, kept until the
         # stream is synchronized (on CUDA PyTorch frees them in stream order).
         in_flight = []
@@ -409,14 +413,10 @@ class Offload:
             if p.grad is None:
                 continue  # as torch.optim.Adam: no step for it, its count stays
             step = self._steps.get(id(p), 0) + 1
-            self._steps[id(p)] = step
             grad = p.grad.detach().contiguous()
-            if grad.device != self._device:
-                raise OffloadError(f"step: {self._t.names.get(h, 'a parameter')}'s gradient is on "
-                                   f"{grad.device}, its parameter on {self._device}")
             handles = (h, m, v) if master is None else (master, m, v, h)
             # ZeRO-Offload's way unless a buffer is pinned on the device.
-            on_host = self._adam == "host" and not any(x in self._t.pinned for x in handles)
+            on_host = self._adam == "host" and self._t.pinned.isdisjoint(handles)
             if on_host:
                 grad = self._t.host_gradient(grad)
             held = []  # released whatever happens: a failed fill leaves the others as they were
@@ -445,6 +445,7 @@ class Offload:
                         self._t.kernels, self._t.stream(), ctypes.byref(t),
                         ctypes.byref(self._opts), step), "adam step")
                     in_flight.append(grad)
+                self._steps[id(p)] = step  # counted once its update is done (or queued)
             finally:
                 for handle in held:
                     if on_host:

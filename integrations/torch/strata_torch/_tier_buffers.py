@@ -20,7 +20,8 @@ Thread safety: one training loop drives it, its hooks one at a time.
 """
 
 import ctypes
-from typing import Any, Dict, List, Optional, Tuple
+import math
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -28,7 +29,7 @@ from . import _allocator, _native
 from .enums import AccessMode, DType, ResidencyPolicy, Status, Tier
 from .errors import OffloadError, OptionError
 
-__all__ = ["DTYPES", "TierBuffers", "check_cuda_options", "numel"]
+__all__ = ["DTYPES", "TierBuffers", "check_cuda_options"]
 
 _POLICY = {"device": ResidencyPolicy.PINNED_ON_DEVICE, "host": ResidencyPolicy.HOST_ONLY,
            "nvme": ResidencyPolicy.NVME_HOME, "offload": ResidencyPolicy.EVICTABLE}
@@ -36,13 +37,6 @@ _TIERS = {Tier.TIER_NONE: "none", Tier.TIER_DEVICE: "device", Tier.TIER_HOST: "h
           Tier.TIER_NVME: "nvme"}
 # The kernels' type of the parameters offload() takes, and their element bytes.
 DTYPES = {torch.float32: (DType.F32, 4), torch.bfloat16: (DType.BF16, 2)}
-
-
-def numel(shape: Tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 class TierBuffers:
@@ -66,7 +60,7 @@ class TierBuffers:
         self.names: Dict[int, str] = {}  # handle -> what it holds, for messages
         self.sizes: Dict[int, int] = {}  # handle -> bytes
         self.held: Dict[int, int] = {}  # handle -> device acquires not yet released
-        self.pinned: List[int] = []  # handles placed on the device
+        self.pinned: Set[int] = set()  # handles placed on the device
         self.by_name: Dict[str, int] = {}  # buffer name (as placement patterns see it) -> handle
         self._grad_staging: Optional[torch.Tensor] = None  # pinned host bytes for a gradient
 
@@ -113,7 +107,7 @@ class TierBuffers:
         pinned = sum(self.sizes.get(h, 0) for h in self.pinned)
         if pinned:
             held_pinned = {h for h, n in self.held.items() if n > 0}
-            listed = [self.names.get(h, f"buffer {h}") for h in self.pinned
+            listed = [self.names.get(h, f"buffer {h}") for h in sorted(self.pinned)
                       if h not in held_pinned]
             more = f" and {len(listed) - 4} more" if len(listed) > 4 else ""
             pinned_note = (f"\nstrata_torch.offload: pinned on the device by placement "
@@ -147,7 +141,7 @@ class TierBuffers:
         self.names[h.value] = what
         self.sizes[h.value] = nbytes
         if place == "device":
-            self.pinned.append(h.value)
+            self.pinned.add(h.value)
         return h.value
 
     def where(self, name: str) -> str:
@@ -241,7 +235,7 @@ class TierBuffers:
         no copy: a CUDA tensor on CUDA; on sim, whose memory is host
         memory, a CPU tensor."""
         shape, dtype = shape_and_dtype
-        nbytes = numel(shape) * DTYPES[dtype][1]
+        nbytes = math.prod(shape) * DTYPES[dtype][1]
         if self.cuda:
             raw = torch.as_tensor(_DeviceBytes(ptr, nbytes), device=self.device)
             return raw.view(dtype).view(shape)
