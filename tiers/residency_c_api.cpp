@@ -25,6 +25,7 @@ result<access_mode> access_mode_of(const strata_access_mode& mode) {
   const auto v = enum_value(mode);
   if (v == STRATA_READ_WRITE) return access_mode::read_write;
   if (v == STRATA_READ_ONLY) return access_mode::read_only;
+  if (v == STRATA_OVERWRITE) return access_mode::overwrite;
   return status{errc::invalid_argument, "unknown access mode " + std::to_string(v)};
 }
 

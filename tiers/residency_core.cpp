@@ -218,6 +218,16 @@ void residency_core::drop(buffer& b) {
   b.has_release_event = false;
 }
 
+void residency_core::forget_below(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
+  if (b.acquired > 0 || (b.where != tier::host && b.where != tier::nvme)) return;
+  // A prefetch read into its host memory finishes first (the reader hands
+  // it back to this buffer); a write-behind of it is abandoned at its next
+  // part.
+  if (b.reading) reads_done_.wait(lock, [&] { return !b.reading; });
+  b.write_stale = true;
+  drop(b);
+}
+
 result<std::uint64_t> residency_core::register_buffer(std::size_t bytes, buffer_kind kind,
                                                       residency_policy policy) {
   if (bytes == 0) return status{errc::invalid_argument, "residency manager: a buffer of 0 bytes"};
@@ -359,6 +369,7 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
   if (it == buffers_.end()) return unknown(handle);
   buffer& b = it->second;
   if (b.host_held > 0) return refused(handle, "is acquired on the host (acquire_host)");
+  if (mode == access_mode::overwrite) forget_below(lock, b);
   ++b.acquired;  // not a victim while it comes in
   auto room = read_while_taking_room(handle, b);
   if (!room) {
@@ -408,7 +419,7 @@ result<void*> residency_core::acquire(std::uint64_t handle, void* stream, access
       return s;
     }
   }
-  if (mode == access_mode::read_write) mark_written(b);
+  if (mode != access_mode::read_only) mark_written(b);
   return b.device;
 }
 

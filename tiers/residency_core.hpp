@@ -304,6 +304,10 @@ class residency_core {
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
   void drop(buffer& b);
+  // An overwrite's acquire of `b`, held nowhere and spilled (host or
+  // NVMe): its copies there are freed instead of filled back, and `b` is
+  // as if never used. Anything else is left as it is.
+  void forget_below(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
   // Records that `b` now lives on `to`: the per-tier bytes, `count` (the
   // spill or fill counter) and the bytes moved.
   void moved(buffer& b, tier to, std::uint64_t& count, bool copied = true);

@@ -44,7 +44,12 @@ typedef enum strata_access_mode {
    * filled from (pinned host memory, an NVMe extent) stay valid, so
    * spilling it moves no bytes. Writes made under it are lost at the next
    * spill. */
-  STRATA_READ_ONLY = 1
+  STRATA_READ_ONLY = 1,
+  /* writes every byte before reading any (a gradient's first accumulation
+   * of a step): a spilled buffer is not filled back and its copies below
+   * are freed, so the bytes handed out are undefined; spilled later like
+   * STRATA_READ_WRITE */
+  STRATA_OVERWRITE = 2
 } strata_access_mode;
 
 typedef enum strata_tier {
@@ -101,7 +106,8 @@ STRATA_C_API strata_status strata_residency_release(strata_residency* r, uint64_
  * releasing stream queued) and stays there, neither spilled nor
  * prefetched, until strata_residency_release_host. Holds nest; returns
  * when the bytes are there. STRATA_READ_WRITE drops the copies below (the
- * host writes it). INVALID_ARGUMENT for an unknown handle or mode, a
+ * host writes it); STRATA_OVERWRITE also reads nothing from NVMe (fresh
+ * host memory, contents undefined). INVALID_ARGUMENT for an unknown handle or mode, a
  * STRATA_PINNED_ON_DEVICE buffer or one acquired on the device;
  * OUT_OF_MEMORY when the host tier cannot hold it; IO_ERROR when its NVMe
  * read fails the checksum (it stays on NVMe). */

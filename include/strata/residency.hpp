@@ -89,7 +89,8 @@ class STRATA_API residency_manager {
   /// memory, contents undefined) and stays there, neither spilled nor
   /// prefetched, until release_host. Holds nest. `mode` read_write: the
   /// copies below (a kept NVMe extent) are dropped, the host writes the
-  /// bytes. Blocks until the bytes are there. Errors: invalid_argument
+  /// bytes; overwrite: a buffer on NVMe is not read either (fresh host
+  /// memory, contents undefined). Blocks until the bytes are there. Errors: invalid_argument
   /// (unknown handle, a `pinned_on_device` buffer, one acquired on the
   /// device), out_of_memory (the host tier cannot hold it; the buffer
   /// stays where it was, or one tier down when the host could not take it

@@ -35,7 +35,12 @@ enum class access_mode : std::uint8_t {
   /// a spill frees the device (or host) memory without copying back or
   /// writing. Writes made under a read_only acquire are lost at the next
   /// spill.
-  read_only
+  read_only,
+  /// Writes every byte before reading any (a gradient's first
+  /// accumulation of a step): a spilled buffer is not filled back, and the
+  /// copies it had below (host memory, an NVMe extent) are freed, so the
+  /// bytes it hands out are undefined. Spilled later like read_write.
+  overwrite
 };
 
 /// What a prefetch() did.

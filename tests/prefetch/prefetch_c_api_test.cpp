@@ -47,7 +47,7 @@ TEST(PrefetchCApi, StepsHintsStatsAndDestroyOrder) {
   EXPECT_EQ(strata_prefetcher_acquire(p, h[0], nullptr, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
   void* ptr = nullptr;
   EXPECT_EQ(
-      strata_prefetcher_acquire_mode(p, h[0], nullptr, static_cast<strata_access_mode>(2), &ptr),
+      strata_prefetcher_acquire_mode(p, h[0], nullptr, static_cast<strata_access_mode>(7), &ptr),
       STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(strata_last_error_message()).find("access mode"), std::string::npos);
   char* json = nullptr;

@@ -47,6 +47,7 @@ class AccessMode(enum.IntEnum):
 
     READ_WRITE = 0
     READ_ONLY = 1
+    OVERWRITE = 2
 
 
 class Tier(enum.IntEnum):
