@@ -225,9 +225,10 @@ def corrupted(nvme_dir):
 
 
 def too_small(nvme_dir):
-    """The OffloadError of a device smaller than one Adam update's three
-    buffers (a 2 MiB weight and its two moments on a 5 MiB device), with
-    Adam on the device (adam="host" holds them on the host instead)."""
+    """The OffloadError of a device too small for a 2 MiB weight, held for
+    its gradient's accumulation, next to that gradient's buffer and the
+    rest of a step (a 5 MiB device), with Adam on the device (adam="host"
+    holds the update's buffers on the host instead)."""
     torch.manual_seed(SEED)
     model = Model()
     off = offload(model, nvme_dir, capacity="5MiB", adam="device")
@@ -293,13 +294,15 @@ def placed(nvme_dir, want_losses):
     return worst, len(kept), len(seen), stats["spills_to_nvme"]
 
 
-def bf16_backward(model, s):
+def bf16_backward(model, s, off=None):
     """Forward and backward of step `s` of a bf16 model: the loss, and on
-    step 0 a copy of the gradients."""
+    step 0 a copy of the gradients (offloaded by `off`: off.gradients())."""
     x, y = batch(s)
     loss = torch.nn.functional.cross_entropy(model(x.bfloat16()).float(), y)
     loss.backward()
-    grads = [p.grad.clone() for p in model.parameters()] if s == 0 else None
+    grads = None
+    if s == 0:
+        grads = off.gradients() if off else [p.grad.clone() for p in model.parameters()]
     return loss.item(), grads
 
 
@@ -337,7 +340,7 @@ def bf16_offloaded(nvme_dir):
     losses, first_grads, first_masters = [], None, None
     try:
         for s in range(STEPS):
-            loss, grads = bf16_backward(model, s)
+            loss, grads = bf16_backward(model, s, off)
             first_grads = first_grads or grads
             off.step()
             if s == 0:

@@ -10,7 +10,8 @@
         off.step()          # Adam on the host kernel, then the prefetcher's step
 
 offload() registers every parameter (fp32, or bf16 with an fp32 master
-copy), and Adam's two moments for each, with a residency manager
+copy), Adam's two moments for each and its gradient, with a residency
+manager
 (libstrata's C API, strata/residency.h) and steps a prefetcher over them
 (strata/prefetch.h). A module's parameters point at
 their device buffer from its forward pre-hook until its forward ends; in
@@ -19,7 +20,18 @@ saved tensor that needs one of them is unpacked, or its gradient arrives)
 until autograd has accumulated that parameter's gradient. The rest of the
 time they are released, so the manager may spill them to host memory and
 NVMe, and the prefetcher fetches them back ahead of the next use, in the
-order the first step recorded. Gradients stay ordinary CPU tensors.
+order the first step recorded.
+
+Gradients live in Strata's buffers too, as DeepSpeed's ZeRO keeps them:
+once autograd has accumulated a parameter's gradient, backward moves it
+into the parameter's gradient buffer (the first of a step overwrites it,
+fetching nothing; later ones, gradient accumulation, add to it) and .grad
+is None again, so the manager may spill gradients like anything else.
+step() reads and uses them up; off.gradients() copies them out,
+off.clip_grad_norm_() clips them and off.zero_grad() forgets them
+(torch.nn.utils.clip_grad_norm_ over model.parameters() sees no
+gradient). requires_grad is read at offload(): a parameter frozen then
+has no gradient buffer.
 
 Any module is right, whatever it calls: tensors autograd saves in forward
 that are views of a parameter's buffer (F.linear saves the weight's
@@ -32,7 +44,8 @@ parameters are left as they are (nothing to offload).
 
 Where each buffer may go is chosen per buffer (_placement.py):
 `placement` maps name patterns to a place, and `parameters` /
-`optimizer_state` give the rest by fraction, in the model's order:
+`optimizer_state` / `gradients` give the rest by fraction, in the model's
+order:
 
     strata_torch.offload(model, lr=1e-3,
                          placement={"head.*": "device"},  # patterns first
@@ -68,9 +81,9 @@ Two devices:
     waits for a fetch); the model's other tensors (its buffers) move to
     the device. `device` must be left out (STRATA_CONF configures the
     plugin), as must allocator keys in `conf`. `adam` defaults to
-    "device". Gradients are PyTorch's own CUDA tensors until step()
-    consumes them (with adam="host", each is copied to pinned host memory
-    first).
+    "device". A gradient is PyTorch's CUDA tensor until it is accumulated,
+    then copied into its buffer on the stream; with adam="host" step()
+    holds it on the host, where the manager brings it off the device.
     Needs NumPy (PyTorch reads the buffers' __cuda_array_interface__).
   - Otherwise the `sim` device, whose memory is host memory: parameters
     are CPU tensors viewing Strata's buffers (as ZeRO-3 re-points .data);
@@ -86,7 +99,7 @@ threads autograd runs them on, one at a time.
 import ctypes
 import json
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -159,7 +172,7 @@ class Offload:
                  device: Optional[str] = None, conf: Optional[str] = "",
                  library: Optional[str] = None, placement: Placement = None,
                  parameters: Share = "offload", optimizer_state: Share = "offload",
-                 adam: Optional[str] = None) -> None:
+                 gradients: Share = "offload", adam: Optional[str] = None) -> None:
         _check_options(lr, betas, eps, weight_decay, device, conf, adam)
         conf = conf or ""
         if _allocator.installed():
@@ -172,9 +185,9 @@ class Offload:
             if p.numel() > 0 and p.dtype not in DTYPES:
                 raise OffloadError(f"offload needs fp32 or bf16 parameters, not {p.dtype}")
         self._places = placements(
-            [(n, p.numel() * 4, p.dtype != torch.float32)
+            [(n, p.numel() * 4, p.dtype != torch.float32, p.requires_grad)
              for n, p in model.named_parameters() if p.numel() > 0],
-            placement, parameters, optimizer_state)
+            placement, parameters, optimizer_state, gradients)
         self._t = TierBuffers(library)  # CUDA with install(), else sim
         self._cuda, self._device = self._t.cuda, self._t.device
         self._adam = adam or ("device" if self._cuda else "host")
@@ -186,6 +199,9 @@ class Offload:
         # (parameter, its handle, exp_avg's, exp_avg_sq's, its fp32 master's or None)
         self._params: List[Tuple[torch.nn.Parameter, int, int, int, Optional[int]]] = []
         self._handle: Dict[int, int] = {}  # id(parameter) -> handle
+        self._grads: Dict[int, int] = {}  # id(parameter) -> its gradient's handle
+        self._index: Dict[int, int] = {}  # id(parameter) -> its place in _params
+        self._grad_ready: Set[int] = set()  # id(parameter): a gradient waits for step()
         self._hooks: List[Any] = []
         self._shapes: Dict[int, Tuple[Tuple[int, ...], torch.dtype]] = {}  # id(parameter) ->
         self._uses: Dict[int, int] = {}  # id(parameter) -> acquires pointing it at its buffer now
@@ -250,12 +266,17 @@ class Offload:
             master = None
             if p.dtype != torch.float32:
                 master = register(n4, state, f"{name}.master", f"{name}'s fp32 master")
+            self._index[id(p)] = len(self._params)
             self._params.append((p, h, m, v, master))
             self._t.fill(h, p.detach())
             self._t.fill(m, None, p.numel())
             self._t.fill(v, None, p.numel())
             if master is not None:
                 self._t.fill(master, p.detach().float())
+            if p.requires_grad:  # filled by its first accumulation
+                self._grads[id(p)] = register(p.numel() * DTYPES[p.dtype][1],
+                                              BufferKind.BUFFER_GRADIENT, f"{name}.grad",
+                                              f"{name}'s gradient")
             self._handle[id(p)] = h
             self._shapes[id(p)] = (tuple(p.shape), p.dtype)
 
@@ -387,8 +408,74 @@ class Offload:
         return grad
 
     def _accumulated(self, p):
-        if not self._closed and self._backward.pop(id(p), None) is not None:
+        if self._closed:
+            return
+        if p.grad is not None and id(p) in self._grads:
+            self._take_gradient(p)
+        if self._backward.pop(id(p), None) is not None:
             self._drop(p)
+
+    def _take_gradient(self, p):
+        """p.grad into p's gradient buffer, ordered on the current stream
+        (the first of a step overwrites it: nothing is fetched; later ones
+        add), then PyTorch's tensor goes."""
+        grad, h = p.grad, self._grads[id(p)]
+        if grad.layout != torch.strided:
+            raise OffloadError(f"offload: {self._t.names[h]} is {grad.layout}: only dense "
+                               "gradients can be offloaded (Adam takes no sparse ones)")
+        first = id(p) not in self._grad_ready
+        ptr = self._t.acquire(h, AccessMode.OVERWRITE if first else AccessMode.READ_WRITE,
+                              through_prefetcher=False)
+        try:
+            view = self._t.view(ptr, self._shapes[id(p)])
+            if first:
+                view.copy_(grad)
+            else:
+                view.add_(grad)
+        finally:
+            self._t.release(h, through_prefetcher=False)
+        self._grad_ready.add(id(p))
+        p.grad = None
+
+    def _take_gradients(self):
+        """Gradients PyTorch left in .grad (set by hand, or accumulated
+        while no hook ran) join the buffers; a wrong device, or a gradient
+        of a parameter that did not require one at offload(), is an error
+        before anything changes."""
+        for p, h, *_state in self._params:
+            if p.grad is None:
+                continue
+            name = self._t.names.get(h, "a parameter")
+            if p.grad.device != self._device:
+                raise OffloadError(f"step: {name}'s gradient is on {p.grad.device}, its "
+                                   f"parameter on {self._device}")
+            if id(p) not in self._grads:
+                raise OffloadError(f"step: {name} has a gradient, but did not require one "
+                                   "when offload() registered it (requires_grad False)")
+        for p, *_handles in self._params:
+            if p.grad is not None:
+                self._take_gradient(p)
+
+    def _updated_on_host(self, p) -> bool:
+        """Whether p's Adam update (and its gradient's use) runs on host
+        threads: adam="host" and none of its buffers pinned on the device."""
+        _p, h, m, v, master = self._params[self._index[id(p)]]
+        handles = {h, m, v, self._grads[id(p)]} | ({master} if master is not None else set())
+        return self._adam == "host" and self._t.pinned.isdisjoint(handles)
+
+    def _gradient(self, p, mode, through_prefetcher=True):
+        """p's gradient buffer acquired where its update reads it (the
+        host or the device; there through the prefetcher, as recorded use,
+        unless `through_prefetcher` is False): a tensor over it, and the
+        call that ends the hold."""
+        h = self._grads[id(p)]
+        if self._updated_on_host(p):
+            ptr = self._t.acquire_host(h, mode)
+            return (self._t.view(ptr, self._shapes[id(p)], host=True),
+                    lambda: self._t.release_host(h))
+        ptr = self._t.acquire(h, mode, through_prefetcher)
+        return (self._t.view(ptr, self._shapes[id(p)]),
+                lambda: self._t.release(h, through_prefetcher))
 
     def _release_backward(self):
         self._backward_running = False
@@ -398,42 +485,35 @@ class Offload:
 
     # --- the optimizer -----------------------------------------------------
     def step(self) -> None:
-        """Adam (or AdamW) on every parameter with a gradient, then the
-        prefetcher's step ends; the gradients are cleared."""
+        """Adam (or AdamW) on every parameter with a gradient accumulated
+        since the last step, then the prefetcher's step ends; the
+        gradients are used up (as zero_grad(set_to_none=True))."""
         self._recover()
         self._release_backward()
-        for p, h, *_state in self._params:  # checked before anything changes
-            if p.grad is not None and p.grad.device != self._device:
-                raise OffloadError(f"step: {self._t.names.get(h, 'a parameter')}'s gradient is on "
-                                   f"{p.grad.device}, its parameter on {self._device}")
-        # The gradients a device kernel still reads on sim, kept until the
-        # stream is synchronized (on CUDA PyTorch frees them in stream order).
-        in_flight = []
+        self._take_gradients()
         for p, h, m, v, master in self._params:
-            if p.grad is None:
+            if id(p) not in self._grad_ready:
                 continue  # as torch.optim.Adam: no step for it, its count stays
             step = self._steps.get(id(p), 0) + 1
-            grad = p.grad.detach().contiguous()
-            handles = (h, m, v) if master is None else (master, m, v, h)
-            # ZeRO-Offload's way unless a buffer is pinned on the device.
-            on_host = self._adam == "host" and self._t.pinned.isdisjoint(handles)
-            if on_host:
-                grad = self._t.host_gradient(grad)
+            on_host = self._updated_on_host(p)
+            # The gradient only read; the rest updated in place.
+            holds = [(self._grads[id(p)], AccessMode.READ_ONLY)]
+            holds += [(x, AccessMode.READ_WRITE)
+                      for x in ((h, m, v) if master is None else (master, m, v, h))]
             held = []  # released whatever happens: a failed fill leaves the others as they were
             try:
                 ptrs = []
-                for handle in handles:
-                    ptrs.append(self._t.acquire_host(handle) if on_host
-                                else self._t.acquire(handle, AccessMode.READ_WRITE))
+                for handle, mode in holds:
+                    ptrs.append(self._t.acquire_host(handle, mode) if on_host
+                                else self._t.acquire(handle, mode))
                     held.append(handle)
                 t = _native.AdamTensors()
-                t.params, t.exp_avg, t.exp_avg_sq = ptrs[:3]
-                t.grads = grad.data_ptr()
-                t.grad_type = DTYPES[grad.dtype][0]
+                t.grads, t.params, t.exp_avg, t.exp_avg_sq = ptrs[:4]
+                t.grad_type = DTYPES[self._shapes[id(p)][1]][0]
                 if master is not None:  # the new bf16 parameters, from the fp32 master
-                    t.params_out = ptrs[3]
-                    t.out_type = DTYPES[self._shapes[id(p)][1]][0]  # p.data is empty now
-                t.count = grad.numel()
+                    t.params_out = ptrs[4]
+                    t.out_type = t.grad_type
+                t.count = math.prod(self._shapes[id(p)][0])
                 # Host threads for a host update, and on sim (whose device
                 # memory they can reach) unless adam="device".
                 if on_host or (not self._cuda and self._adam == "host"):
@@ -444,21 +524,86 @@ class Offload:
                     self._t.check(self._t.lib.strata_adam_step_async(
                         self._t.kernels, self._t.stream(), ctypes.byref(t),
                         ctypes.byref(self._opts), step), "adam step")
-                    in_flight.append(grad)
                 self._steps[id(p)] = step  # counted once its update is done (or queued)
+                self._grad_ready.discard(id(p))
             finally:
                 for handle in held:
                     if on_host:
                         self._t.release_host(handle)
                     else:
                         self._t.release(handle)
-            p.grad = None
-        if in_flight and not self._cuda:
-            self._t.check(self._t.lib.strata_stream_synchronize(self._t.alloc, None), "synchronize")
-        del in_flight
         if self._in_step:
             self._t.check(self._t.lib.strata_prefetcher_end_step(self._t.fetch), "end_step")
             self._in_step = False
+
+    def zero_grad(self) -> None:
+        """Forgets the gradients accumulated since the last step() (and
+        any left in .grad), as optimizer.zero_grad(): the next backward's
+        start the sums afresh."""
+        self._grad_ready.clear()
+        for p, *_handles in self._params:
+            p.grad = None
+
+    def gradients(self) -> List[Optional[torch.Tensor]]:
+        """Each parameter's gradient accumulated since the last step(), as
+        a CPU copy (None where it has none), in parameters()'s order. They
+        live in Strata's buffers, not in .grad (backward moves each there
+        once accumulated)."""
+        self._take_gradients()
+        out: List[Optional[torch.Tensor]] = []
+        for p, *_handles in self._params:
+            if id(p) not in self._grad_ready:
+                out.append(None)
+                continue
+            view, release = self._gradient(p, AccessMode.READ_ONLY, through_prefetcher=False)
+            try:
+                out.append(view.cpu() if view.is_cuda else view.clone())
+            finally:
+                release()
+        return out
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> float:
+        """torch.nn.utils.clip_grad_norm_ over the gradients accumulated
+        since the last step() (Strata's buffers; .grad holds none): their
+        total `norm_type` norm, as a float, and each scaled by max_norm /
+        (total + 1e-6) where that is below 1. Call it between backward and
+        step(). Reads each gradient where its update will (host or device),
+        and writes it again only when clipping; the host waits once for
+        the device's norms. OptionError for a max_norm that is not a
+        finite number >= 0 or a norm_type that is not a positive number or
+        inf."""
+        for name, value in (("max_norm", max_norm), ("norm_type", norm_type)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+                raise OptionError(f"clip_grad_norm_: {name} must be a number, not {value!r}")
+        if not math.isfinite(max_norm) or max_norm < 0:
+            raise OptionError(f"clip_grad_norm_: max_norm must be finite and >= 0, not "
+                              f"{max_norm!r}")
+        if norm_type <= 0:
+            raise OptionError(f"clip_grad_norm_: norm_type must be > 0 or inf, not {norm_type!r}")
+        self._recover()
+        self._release_backward()
+        self._take_gradients()
+        ready = [p for p, *_handles in self._params if id(p) in self._grad_ready]
+        norms = []
+        for p in ready:
+            view, release = self._gradient(p, AccessMode.READ_ONLY)
+            try:
+                norms.append(torch.linalg.vector_norm(view, norm_type, dtype=torch.float32)
+                             .to(self._device, non_blocking=True))
+            finally:
+                release()
+        if not norms:
+            return 0.0
+        total = float(torch.linalg.vector_norm(torch.stack(norms), norm_type))
+        scale = max_norm / (total + 1e-6)
+        if scale < 1.0:
+            for p in ready:
+                view, release = self._gradient(p, AccessMode.READ_WRITE)
+                try:
+                    view.mul_(scale)
+                finally:
+                    release()
+        return total
 
     def parameters(self, master: bool = False) -> List[torch.Tensor]:
         """Each parameter's current value, as a CPU copy (for checks); with
@@ -509,7 +654,9 @@ class Offload:
         self._accumulators = []
         for p, *_handles in self._params:
             _owner.pop(id(p), None)
-        self._t.close([h for _p, *handles in self._params for h in handles if h is not None])
+        self._t.close([h for _p, *handles in self._params for h in handles if h is not None]
+                      + list(self._grads.values()))
+        self._grads = {}
         self._params = []
 
 

@@ -21,43 +21,49 @@ Placement = Union[Mapping[str, str], Iterable[Tuple[str, str]], None]
 Share = Union[str, Mapping[str, float]]
 
 
-def placements(params: List[Tuple[str, int, bool]], placement: Placement, parameters: Share,
-               optimizer_state: Share) -> Dict[str, str]:
+def placements(params: List[Tuple[str, int, bool, bool]], placement: Placement,
+               parameters: Share, optimizer_state: Share, gradients: Share) -> Dict[str, str]:
     """The place of every buffer named by `placement`'s patterns or by the
     fractions, as {name: place}; buffers left out are "offload".
 
-    `params` is [(name, fp32 bytes, has a master)] in the model's order;
-    each parameter has two moments, named with ".exp_avg" and ".exp_avg_sq"
-    added, and a bf16 one its fp32 master copy, ".master" (optimizer
-    state, as DeepSpeed counts it); a bf16 parameter weighs half its fp32
-    bytes.
+    `params` is [(name, fp32 bytes, has a master, has a gradient)] in the
+    model's order; each parameter has two moments, named with ".exp_avg"
+    and ".exp_avg_sq" added, a bf16 one its fp32 master copy, ".master"
+    (optimizer state, as DeepSpeed counts it), and one that requires grad
+    its gradient, ".grad"; a bf16 parameter and its gradient weigh half
+    their fp32 bytes.
     `placement` maps fnmatch patterns over those names to places (a dict,
     or pairs in order): a buffer takes its first matching pattern's place.
-    `parameters` and `optimizer_state` place the buffers no pattern
-    matched: a place for all of them, or {place: fraction} of their bytes
+    `parameters`, `optimizer_state` and `gradients` place the buffers no
+    pattern matched: a place for all of them, or {place: fraction} of their bytes
     taken in the model's order (a buffer goes where its first byte falls;
     "device" first, then "host", then "nvme", the rest "offload").
     Errors (PlacementError, an OffloadError): a placement that is neither
     a mapping nor pairs, an unknown place, a pattern that matches nothing,
     fractions outside [0, 1] or above 1 together."""
     buffers = []
-    for name, nbytes, has_master in params:
-        buffers.append((name, "parameters", nbytes // 2 if has_master else nbytes))
+    for name, nbytes, has_master, has_grad in params:
+        own = nbytes // 2 if has_master else nbytes
+        buffers.append((name, "parameters", own))
         buffers.append((f"{name}.exp_avg", "optimizer_state", nbytes))
         buffers.append((f"{name}.exp_avg_sq", "optimizer_state", nbytes))
         if has_master:
             buffers.append((f"{name}.master", "optimizer_state", nbytes))
+        if has_grad:
+            buffers.append((f"{name}.grad", "gradients", own))
     places: Dict[str, str] = {}
     for pattern, place in _pairs(placement):
         _check_place(place, f"placement[{pattern!r}]")
         matched = [n for n, _k, _b in buffers if fnmatch.fnmatchcase(n, pattern)]
         if not matched:
             example = buffers[0][0] if buffers else "blocks.0.weight"
-            raise PlacementError(f"placement: {pattern!r} matches no parameter or Adam state "
-                               f"(names look like {example!r}, {example + '.exp_avg'!r})")
+            raise PlacementError(f"placement: {pattern!r} matches no parameter, gradient or Adam "
+                                 f"state (names look like {example!r}, {example + '.grad'!r}, "
+                                 f"{example + '.exp_avg'!r})")
         for n in matched:
             places.setdefault(n, place)
-    for kind, spec in (("parameters", parameters), ("optimizer_state", optimizer_state)):
+    for kind, spec in (("parameters", parameters), ("optimizer_state", optimizer_state),
+                       ("gradients", gradients)):
         fractions = _fractions(spec, kind)
         rest = [(n, b) for n, k, b in buffers if k == kind and n not in places]
         total = sum(b for _n, b in rest)

@@ -62,7 +62,6 @@ class TierBuffers:
         self.held: Dict[int, int] = {}  # handle -> device acquires not yet released
         self.pinned: Set[int] = set()  # handles placed on the device
         self.by_name: Dict[str, int] = {}  # buffer name (as placement patterns see it) -> handle
-        self._grad_staging: Optional[torch.Tensor] = None  # pinned host bytes for a gradient
 
     def open(self, device: Optional[str], conf: str) -> None:
         """The allocator (sim: of `device`, obeying conf's allocator keys;
@@ -191,11 +190,10 @@ class TierBuffers:
                    f"release of {self._name(h)}")
         self.held[h] -= 1
 
-    def acquire_host(self, h: int) -> int:
+    def acquire_host(self, h: int, mode: AccessMode = AccessMode.READ_WRITE) -> int:
         """Buffer `h` held in pinned host memory for a host kernel."""
         ptr = ctypes.c_void_p()
-        self.check(self.lib.strata_residency_acquire_host(self.res, h, AccessMode.READ_WRITE,
-                                                          ctypes.byref(ptr)),
+        self.check(self.lib.strata_residency_acquire_host(self.res, h, mode, ctypes.byref(ptr)),
                    f"host acquire of {self._name(h)}")
         if ptr.value is None:
             raise OffloadError(f"host acquire of {self._name(h)}: Strata returned success "
@@ -205,19 +203,6 @@ class TierBuffers:
     def release_host(self, h: int) -> None:
         self.check(self.lib.strata_residency_release_host(self.res, h),
                    f"host release of {self._name(h)}")
-
-    def host_gradient(self, grad: torch.Tensor) -> torch.Tensor:
-        """`grad` where host threads can read it: itself on sim, a copy in
-        pinned host memory (reused from one parameter to the next) on CUDA."""
-        if not self.cuda:
-            return grad
-        nbytes = grad.numel() * grad.element_size()
-        if self._grad_staging is None or self._grad_staging.numel() < nbytes:
-            self._grad_staging = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-        host = self._grad_staging[:nbytes].view(grad.dtype).view(grad.shape)
-        host.copy_(grad, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
-        return host
 
     def fill(self, h: int, src: Optional[torch.Tensor], zeros: int = 0) -> None:
         """Buffer `h` = `src`'s values, or `zeros` fp32 zeros (src None)."""
@@ -230,13 +215,15 @@ class TierBuffers:
         finally:
             self.release(h, through_prefetcher=False)
 
-    def view(self, ptr: int, shape_and_dtype: Tuple[Tuple[int, ...], torch.dtype]) -> torch.Tensor:
-        """A tensor of that shape and dtype over the device bytes at `ptr`,
-        no copy: a CUDA tensor on CUDA; on sim, whose memory is host
-        memory, a CPU tensor."""
+    def view(self, ptr: int, shape_and_dtype: Tuple[Tuple[int, ...], torch.dtype],
+             host: bool = False) -> torch.Tensor:
+        """A tensor of that shape and dtype over the device bytes at `ptr`
+        (with `host`, the pinned host bytes acquire_host gave), no copy: a
+        CUDA tensor for device bytes on CUDA, else (sim's device memory is
+        host memory) a CPU tensor."""
         shape, dtype = shape_and_dtype
         nbytes = math.prod(shape) * DTYPES[dtype][1]
-        if self.cuda:
+        if self.cuda and not host:
             raw = torch.as_tensor(_DeviceBytes(ptr, nbytes), device=self.device)
             return raw.view(dtype).view(shape)
         return torch.frombuffer((ctypes.c_char * nbytes).from_address(ptr),
