@@ -23,6 +23,7 @@ struct access {
   std::uint64_t handle;
   void* stream;
   std::uint64_t bytes;
+  bool on_host = false;  // a host hold (acquire_host): fetched to the host, never the device
 };
 
 class access_order {

@@ -96,6 +96,24 @@ strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, v
   return impl != nullptr ? to_c(impl->release(handle, stream)) : no_prefetcher(p);
 }
 
+strata_status strata_prefetcher_acquire_host(strata_prefetcher* p, uint64_t handle,
+                                             strata_access_mode mode, void** out) {
+  auto* impl = slot_target(p);
+  if (impl == nullptr) return no_prefetcher(p);
+  if (out == nullptr) return null_output();
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto ptr = impl->acquire_host(handle, *m);
+  if (!ptr) return fail(ptr.error());
+  *out = *ptr;
+  return STRATA_OK;
+}
+
+strata_status strata_prefetcher_release_host(strata_prefetcher* p, uint64_t handle) {
+  auto* impl = slot_target(p);
+  return impl != nullptr ? to_c(impl->release_host(handle)) : no_prefetcher(p);
+}
+
 strata_status strata_prefetcher_hint(strata_prefetcher* p, uint64_t handle) {
   auto* impl = slot_target(p);
   return impl != nullptr ? to_c(impl->prefetch(handle)) : no_prefetcher(p);

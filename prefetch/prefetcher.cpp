@@ -153,12 +153,30 @@ result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mod
     p = buffers_.acquire(handle, stream, mode);
   }
   if (!p) return p;
+  note(handle, stream, *bytes, false);
+  return p;
+}
+
+result<void*> prefetcher::acquire_host(std::uint64_t handle, access_mode mode) {
+  auto bytes = buffers_.size_of(handle);
+  if (!bytes) return bytes.error();
+  auto p = buffers_.acquire_host(handle, mode);
+  if (!p) return p;
+  note(handle, nullptr, *bytes, true);
+  return p;
+}
+
+status prefetcher::release_host(std::uint64_t handle) {
+  return buffers_.release_host(handle);
+}
+
+void prefetcher::note(std::uint64_t handle, void* stream, std::uint64_t bytes, bool on_host) {
   std::string divergence;
   bool follow = false;
   {
     std::lock_guard lock(order_mu_);
     if (in_step_ && !order_) {
-      recording_.push_back({handle, stream, *bytes});
+      recording_.push_back({handle, stream, bytes, on_host});
     } else if (in_step_) {
       follow = true;
       const access_order::followed f = order_->follow(handle);
@@ -184,7 +202,6 @@ result<void*> prefetcher::acquire(std::uint64_t handle, void* stream, access_mod
     std::lock_guard walk(walk_mu_);
     schedule();
   }
-  return p;
 }
 
 status prefetcher::release(std::uint64_t handle, void* stream) {
@@ -229,7 +246,7 @@ void prefetcher::schedule(bool gather) {
     std::unordered_set<std::uint64_t> seen;
     for (std::size_t i = 0; i < order_->size() && distance < reach; ++i) {
       const access& a = order_->ahead(i);
-      if (seen.insert(a.handle).second) window.push_back({a.handle, distance});
+      if (seen.insert(a.handle).second) window.push_back({a.handle, distance, a.on_host});
       distance += a.bytes;
     }
   }
@@ -241,7 +258,7 @@ void prefetcher::schedule(bool gather) {
   for (const ahead& a : window) {
     prefetch_outcome done = prefetch_outcome::resident;
     bool asked_device = false;
-    if (to_device && a.distance < device_lookahead_) {
+    if (to_device && !a.on_host && a.distance < device_lookahead_) {
       auto r = buffers_.prefetch(a.handle, tier::device, a.distance, {prefetch_bytes_, inflight_});
       if (!r) continue;  // unregistered since it was recorded
       done = *r;

@@ -56,6 +56,7 @@ result<void*> residency_core::acquire_host(std::uint64_t handle, access_mode mod
   }
   if (b.acquired > b.host_held) return refused(handle, "is acquired on the device");
   if (mode == access_mode::overwrite && b.where == tier::nvme) forget_below(lock, b);
+  const bool reads = !b.reading && b.where == tier::nvme;
   ++b.acquired;  // not a victim while it comes up
   ++b.host_held;
   if (b.reading) wait_for_read(lock, b);  // a prefetch's read lands it on the host
@@ -70,6 +71,8 @@ result<void*> residency_core::acquire_host(std::uint64_t handle, access_mode mod
     --b.host_held;
     return st;
   }
+  ++accounts_.c.host_holds;
+  if (reads) ++accounts_.c.host_holds_read;
   if (mode != access_mode::read_only) {
     mark_written(b);
     b.write_stale = true;  // a write-behind under way no longer copies its bytes

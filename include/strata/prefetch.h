@@ -49,6 +49,13 @@ STRATA_C_API strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, 
 /* strata_residency_release. */
 STRATA_C_API strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle,
                                                      void* stream);
+/* strata_residency_acquire_host (same result and errors), recorded in the
+ * order as a host hold: later steps read the buffer from NVMe into host
+ * memory ahead of it (within host_lookahead), never to the device. */
+STRATA_C_API strata_status strata_prefetcher_acquire_host(strata_prefetcher* p, uint64_t handle,
+                                                          strata_access_mode mode, void** out);
+/* strata_residency_release_host. */
+STRATA_C_API strata_status strata_prefetcher_release_host(strata_prefetcher* p, uint64_t handle);
 /* A hint: fetch `handle` to the device now, within the budgets. Not issuing
  * it (over budget, no room, already there) is not an error. Errors:
  * INVALID_ARGUMENT (unknown handle). */

@@ -5,11 +5,14 @@
 //   acquire(handle, stream)      as residency_manager::acquire, and the
 //                                buffers needed next are fetched ahead
 //   release(handle, stream)      as residency_manager::release
+//   acquire_host(handle)         as residency_manager::acquire_host, and
+//   release_host(handle)         the same fetching ahead (host holds are
+//                                accesses of the order too)
 //   end_step()                   the step is over
 //   prefetch(handle)             a hint: fetch this one now
 //
 // The first step (begin_step to end_step) records the order of acquires
-// (handle, stream, bytes). Later steps follow it with a cursor: an acquire
+// (handle, stream, bytes, and whether it is a host hold). Later steps follow it with a cursor: an acquire
 // of another buffer than the next recorded one re-synchronizes at the next
 // position that buffer has in the order (counted, and logged to stderr once
 // per step with the handle that differed); a buffer not in the order at
@@ -23,7 +26,9 @@
 // buffers not yet acquired) stay within `prefetch_bytes` and at most
 // `prefetch_inflight` fills are outstanding; the first that does not fit
 // stops device fetches for this walk. Those within `host_lookahead` bytes
-// are read from NVMe into pinned host memory (within `prefetch_inflight`).
+// are read from NVMe into pinned host memory (within `prefetch_inflight`);
+// so are a host hold's (an optimizer step on host threads), which are
+// never fetched to the device.
 // A fetch never spills a buffer needed sooner than the one it brings in:
 // with no room it is not issued, and counted. The order is also the
 // residency manager's eviction oracle: spill the buffer needed furthest
@@ -109,6 +114,15 @@ class STRATA_API prefetcher {
                         access_mode mode = access_mode::read_write);
   /// residency_manager::release(handle, stream).
   status release(std::uint64_t handle, void* stream);
+  /// residency_manager::acquire_host(handle, mode) (same result and
+  /// errors; the host waits for the bytes), recorded or followed in the
+  /// order as a host hold, then the next buffers are fetched ahead: later
+  /// steps read this one from NVMe into host memory before its hold (within
+  /// host_lookahead), never to the device. A sharded parameter's hold is
+  /// of its shard.
+  result<void*> acquire_host(std::uint64_t handle, access_mode mode = access_mode::read_write);
+  /// residency_manager::release_host(handle).
+  status release_host(std::uint64_t handle);
   /// A hint: fetch `handle` to the device now, within the budgets, whether
   /// or not an order is recorded. Not issuing (over the budgets, no room,
   /// already there) is not an error; it is counted. Errors: invalid_argument
@@ -176,7 +190,11 @@ class STRATA_API prefetcher {
   struct ahead {
     std::uint64_t handle;
     std::uint64_t distance;  // bytes of accesses before it, from the cursor
+    bool on_host;            // a host hold: fetched to the host only
   };
+  // An access of `bytes` to `handle` made in a step: recorded (the first
+  // step) or followed, then the walk ahead.
+  void note(std::uint64_t handle, void* stream, std::uint64_t bytes, bool on_host);
   // The gather stage of a walk over `window` (see above). Needs walk_mu_.
   void gather_ahead(const std::vector<ahead>& window);
 

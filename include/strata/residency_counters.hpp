@@ -38,6 +38,10 @@ namespace strata {
     "time consuming streams waited for late fills (host functions around the " \
     "wait), plus acquires' waits for reads in flight")                         \
   X(prefetch_wasted, "prefetched buffers spilled before use")                  \
+  X(host_holds, "acquire_host holds taken")                                    \
+  X(host_holds_read,                                                           \
+    "of them, those that read the buffer from NVMe themselves (no read "       \
+    "ahead had started)")                                                      \
   X(prefetch_wasted_bytes, "their bytes")                                      \
   X(prefetch_no_room, "prefetches not issued for lack of memory")              \
   X(prefetch_failed, "prefetch reads that failed (reported at acquire)")       \

@@ -50,6 +50,17 @@ TEST(PrefetchCApi, StepsHintsStatsAndDestroyOrder) {
       strata_prefetcher_acquire_mode(p, h[0], nullptr, static_cast<strata_access_mode>(7), &ptr),
       STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(strata_last_error_message()).find("access mode"), std::string::npos);
+  // A host hold, outside a step: nothing recorded.
+  ASSERT_EQ(strata_prefetcher_acquire_host(p, h[1], STRATA_READ_ONLY, &ptr), STRATA_OK);
+  EXPECT_NE(ptr, nullptr);
+  EXPECT_EQ(strata_prefetcher_acquire(p, h[1], nullptr, &ptr), STRATA_ERROR_INVALID_ARGUMENT)
+      << "held on the host";
+  ASSERT_EQ(strata_prefetcher_release_host(p, h[1]), STRATA_OK);
+  EXPECT_EQ(strata_prefetcher_release_host(p, h[1]), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_prefetcher_acquire_host(p, h[1], STRATA_READ_ONLY, nullptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_prefetcher_acquire_host(p, 999, STRATA_READ_ONLY, &ptr),
+            STRATA_ERROR_INVALID_ARGUMENT);
   char* json = nullptr;
   ASSERT_EQ(strata_prefetcher_stats_json(p, &json), STRATA_OK);
   EXPECT_NE(std::string(json).find("\"steps\":3"), std::string::npos) << json;

@@ -64,9 +64,10 @@ moments, then ends the prefetcher's step. `adam` chooses where:
 "device" (strata_adam_step_async: queued on the device's stream over the
 buffers acquired there, no host wait) or "host" (strata_adam_step_host on
 host threads, ZeRO-Offload's way: the parameter, or its fp32 master, and
-the moments are held in pinned host memory, strata_residency_acquire_host,
+the moments are held in pinned host memory, strata_prefetcher_acquire_host,
 so the state never crosses to the device; only the gradient comes down
-and the parameter goes up at its next use). A parameter with a buffer
+and the parameter goes up at its next use; the holds are part of the
+step's order, so the prefetcher reads the state from NVMe ahead of them). A parameter with a buffer
 placed "device" (pinned there) is updated on the device either way. For a
 bf16 parameter the kernel widens its bf16 gradient, updates the fp32 master
 and writes the parameter as the master rounded to nearest even.

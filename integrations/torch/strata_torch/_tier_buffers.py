@@ -191,9 +191,12 @@ class TierBuffers:
         self.held[h] -= 1
 
     def acquire_host(self, h: int, mode: AccessMode = AccessMode.READ_WRITE) -> int:
-        """Buffer `h` held in pinned host memory for a host kernel."""
+        """Buffer `h` held in pinned host memory for a host kernel, through
+        the prefetcher (a hold of the step's order: later steps read it
+        from NVMe ahead of it)."""
         ptr = ctypes.c_void_p()
-        self.check(self.lib.strata_residency_acquire_host(self.res, h, mode, ctypes.byref(ptr)),
+        self.check(self.lib.strata_prefetcher_acquire_host(self.fetch, h, mode,
+                                                           ctypes.byref(ptr)),
                    f"host acquire of {self._name(h)}")
         if ptr.value is None:
             raise OffloadError(f"host acquire of {self._name(h)}: Strata returned success "
@@ -201,7 +204,7 @@ class TierBuffers:
         return ptr.value
 
     def release_host(self, h: int) -> None:
-        self.check(self.lib.strata_residency_release_host(self.res, h),
+        self.check(self.lib.strata_prefetcher_release_host(self.fetch, h),
                    f"host release of {self._name(h)}")
 
     def fill(self, h: int, src: Optional[torch.Tensor], zeros: int = 0) -> None:
