@@ -25,6 +25,9 @@ prefetcher::prefetcher(residency_manager& buffers, const prefetch_options& optio
       prefetch_bytes_(options.prefetch_bytes),
       inflight_(options.prefetch_inflight),
       host_lookahead_(buffers.host_lookahead()),
+      host_hold_lookahead_(buffers.host_capacity() > 0
+                               ? std::min(host_lookahead_, buffers.host_capacity() / 8)
+                               : host_lookahead_),
       device_lookahead_(options.device_lookahead),
       reuse_distance_(options.reuse_distance),
       shards_(std::make_unique<shard_gathers>(buffers, buffers.device_allocator())) {}
@@ -246,7 +249,14 @@ void prefetcher::schedule(bool gather) {
     std::unordered_set<std::uint64_t> seen;
     for (std::size_t i = 0; i < order_->size() && distance < reach; ++i) {
       const access& a = order_->ahead(i);
-      if (seen.insert(a.handle).second) window.push_back({a.handle, distance, a.on_host});
+      // A host hold further ahead than an eighth of a capped host tier
+      // waits: holds run back to back (an optimizer step on host threads),
+      // so a read a few buffers ahead hides the disk; one further ahead is
+      // the first thing later spills push out (it is needed last), and is
+      // read again.
+      if ((!a.on_host || distance < host_hold_lookahead_) && seen.insert(a.handle).second) {
+        window.push_back({a.handle, distance, a.on_host});
+      }
       distance += a.bytes;
     }
   }

@@ -66,6 +66,13 @@ result<void*> residency_core::acquire_host(std::uint64_t handle, access_mode mod
   status st = b.read_failure;
   b.read_failure = {};
   if (st && b.where != tier::host) st = bring_to_host(b);
+  // Reads in flight are no victims: a host tier full of them (the
+  // prefetcher's reads ahead) has room once they land.
+  while (!st && st.code() == errc::out_of_memory && reading_bytes_ > 0) {
+    const std::uint64_t before = reading_bytes_;
+    reads_done_.wait(lock, [&] { return reading_bytes_ < before; });
+    st = bring_to_host(b);
+  }
   if (!st) {
     --b.acquired;
     --b.host_held;

@@ -72,12 +72,7 @@ result<std::unique_ptr<residency_core>> residency_core::create(allocator& alloc,
   }
   std::unique_ptr<residency_core> m(
       new residency_core(alloc, std::move(*host), std::move(nvme), options.nvme_verify));
-  // A read further ahead than half a capped host tier only pushes out
-  // what an earlier one read: the other half holds reads not yet used and
-  // what spills from the device.
-  m->host_lookahead_ = options.host_capacity > 0
-                           ? std::min(options.host_lookahead, options.host_capacity / 2)
-                           : options.host_lookahead;
+  m->host_lookahead_ = options.host_lookahead;
   // Two copy streams: a spill's device-to-host copy need not queue behind
   // fills in flight (the two directions overlap on the bus); a third for
   // the reader's streamed prefetches, which it waits for off the mutex.

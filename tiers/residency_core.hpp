@@ -140,6 +140,7 @@ class residency_core {
   [[nodiscard]] counters stats();
   [[nodiscard]] allocator& device_allocator() const noexcept { return alloc_; }
   [[nodiscard]] std::uint64_t host_lookahead() const noexcept { return host_lookahead_; }
+  [[nodiscard]] std::uint64_t host_capacity() const noexcept { return host_capacity_; }
 
  private:
   struct buffer {

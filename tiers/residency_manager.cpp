@@ -85,4 +85,8 @@ std::uint64_t residency_manager::host_lookahead() const noexcept {
   return core_->host_lookahead();
 }
 
+std::uint64_t residency_manager::host_capacity() const noexcept {
+  return core_->host_capacity();
+}
+
 }  // namespace strata

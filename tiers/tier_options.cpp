@@ -36,10 +36,9 @@ const std::array<spec, 13> table{{
      [](tier_options& o) -> option_field { return &o.host_kept; }},
     {bytes_rule("host_lookahead", 0, no_max,
                 "how far ahead, in bytes of upcoming acquires, a prefetcher reads buffers on NVMe "
-                "into pinned host memory (at most half of `host_capacity` when that is set: "
-                "reading further only pushes out what was read); also the host room (at most "
-                "`host_capacity`) the residency manager's write-behind keeps makeable without a "
-                "write"),
+                "into pinned host memory (for host holds, at most an eighth of `host_capacity` "
+                "when that is set); also the host room (at most `host_capacity`) the residency "
+                "manager's write-behind keeps makeable without a write"),
      [](tier_options& o) -> option_field { return &o.host_lookahead; }},
     {{.name = "nvme_dir",
       .kind = value_kind::text,

@@ -12,12 +12,11 @@
 //   prefetch(handle)             a hint: fetch this one now
 //
 // The first step (begin_step to end_step) records the order of acquires
-// (handle, stream, bytes, and whether it is a host hold). Later steps follow it with a cursor: an acquire
-// of another buffer than the next recorded one re-synchronizes at the next
-// position that buffer has in the order (counted, and logged to stderr once
-// per step with the handle that differed); a buffer not in the order at
-// all leaves the cursor where it is (counted as unrecorded). The order
-// itself stays as recorded.
+// (handle, stream, bytes, and whether it is a host hold). Later steps follow it with a cursor: an
+// acquire of another buffer than the next recorded one re-synchronizes at the next position that
+// buffer has in the order (counted, and logged to stderr once per step with the handle that
+// differed); a buffer not in the order at all leaves the cursor where it is (counted as
+// unrecorded). The order itself stays as recorded.
 //
 // At each acquire the scheduler walks the order from the cursor (wrapping
 // into the next step) over the accesses that start within the lookahead,
@@ -27,8 +26,10 @@
 // `prefetch_inflight` fills are outstanding; the first that does not fit
 // stops device fetches for this walk. Those within `host_lookahead` bytes
 // are read from NVMe into pinned host memory (within `prefetch_inflight`);
-// so are a host hold's (an optimizer step on host threads), which are
-// never fetched to the device.
+// so are a host hold's (an optimizer step on host threads), never fetched
+// to the device, within at most an eighth of a capped host tier (holds
+// run back to back; read further ahead, a hold's buffer is the first thing
+// later spills push out, and is read again).
 // A fetch never spills a buffer needed sooner than the one it brings in:
 // with no room it is not issued, and counted. The order is also the
 // residency manager's eviction oracle: spill the buffer needed furthest
@@ -202,6 +203,7 @@ class STRATA_API prefetcher {
   std::uint64_t prefetch_bytes_;
   std::uint64_t inflight_;
   std::uint64_t host_lookahead_;
+  std::uint64_t host_hold_lookahead_;  // host_lookahead, at most 1/8 of a capped host tier
   std::uint64_t device_lookahead_;
   std::uint64_t reuse_distance_;
   std::uint64_t stats_source_ = 0;

@@ -146,10 +146,11 @@ class STRATA_API residency_manager {
   [[nodiscard]] counters stats();
   /// The allocator the buffers' device memory comes from.
   [[nodiscard]] allocator& device_allocator() const noexcept;
-  /// tier_options::host_lookahead it was made with (at most half of
-  /// host_capacity when that is set): how far ahead, in bytes of upcoming
-  /// acquires, a prefetcher reads NVMe into host memory.
+  /// tier_options::host_lookahead it was made with: how far ahead, in
+  /// bytes of upcoming acquires, a prefetcher reads NVMe into host memory.
   [[nodiscard]] std::uint64_t host_lookahead() const noexcept;
+  /// tier_options::host_capacity it was made with (bytes; 0: no limit).
+  [[nodiscard]] std::uint64_t host_capacity() const noexcept;
 
  private:
   explicit residency_manager(std::unique_ptr<residency_core> core);

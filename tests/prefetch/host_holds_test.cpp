@@ -108,11 +108,12 @@ TEST(HostHolds, LaterStepsReadThemAheadFromNvme) {
   EXPECT_EQ(off.read_by_holds, 3u * buffers) << "without prefetching every hold reads";
   const steady on = run(8 * mib);
   EXPECT_EQ(on.holds, 3u * buffers);
-  std::printf("holds of steps 2-4 that read their buffer themselves: %llu of %llu without "
-              "prefetching, %llu with\n",
-              static_cast<unsigned long long>(off.read_by_holds),
-              static_cast<unsigned long long>(off.holds),
-              static_cast<unsigned long long>(on.read_by_holds));
+  std::printf(
+      "holds of steps 2-4 that read their buffer themselves: %llu of %llu without "
+      "prefetching, %llu with\n",
+      static_cast<unsigned long long>(off.read_by_holds),
+      static_cast<unsigned long long>(off.holds),
+      static_cast<unsigned long long>(on.read_by_holds));
   EXPECT_LE(on.read_by_holds, 3u) << "at most one hold a step reads its own buffer";
   EXPECT_EQ(on.to_device, 0u) << "a host hold is never fetched to the device";
 }

@@ -4,12 +4,18 @@
 // by a copy kept below it); the rules of holds (exclusive with device
 // acquires, nested, not pinned_on_device) are errors that say so; a held
 // buffer neither spills nor is pushed on to NVMe; an nvme_home buffer goes
-// home at its last host release.
+// home at its last host release; a hold that finds the host tier full of
+// reads in flight waits for them to land instead of failing.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "residency_setup.hpp"
+#include "strata/nvme_store.hpp"
 
 namespace strata::testing {
 namespace {
@@ -160,6 +166,82 @@ TEST(HostAccess, AnNvmeHomeBufferGoesHomeAtItsLastHostRelease) {
   EXPECT_EQ(static_cast<const unsigned char*>(*back)[mib - 1], 0x5a);
   ASSERT_TRUE(m.release_host(*h).ok());
   EXPECT_EQ(*m.where(*h), tier::nvme) << "an unwritten hold goes home with no write";
+}
+
+// Holds the NVMe store's reads on the reader thread until opened.
+class read_gate final : public io_faults {
+ public:
+  int complete(io_kind kind, std::uint64_t /*offset*/, void* /*buffer*/, std::size_t /*length*/,
+               int result) override {
+    if (kind != io_kind::read) return result;
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    return result;
+  }
+  void set(bool open) {
+    {
+      std::lock_guard lock(mu_);
+      open_ = open;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+// The prefetcher's reads ahead are no victims: a host tier they fill (next
+// to a host_only buffer) has no room for a hold until they land. The hold
+// waits for them; before, it failed with "no pinned memory".
+TEST(HostAccess, AHoldWaitsForReadsInFlightToLand) {
+  read_gate gate;
+  tier_options o = small_tiers();
+  o.host_capacity = 16 * mib;  // reads in flight may take all but two 4 MiB staging chunks
+  auto s = make("sim:capacity=8MiB", o, &gate);
+  // Opened before the manager goes, whatever fails: its reader must end.
+  struct reopen {
+    explicit reopen(read_gate& gate) : g(gate) {}
+    read_gate& g;
+    reopen(const reopen&) = delete;
+    reopen& operator=(const reopen&) = delete;
+    reopen(reopen&&) = delete;
+    reopen& operator=(reopen&&) = delete;
+    ~reopen() { g.set(true); }
+  } reopen_at_exit{gate};
+  ASSERT_TRUE(s.manager);
+  residency_manager& m = *s.manager;
+  for (const std::size_t bytes : {2 * mib, 2 * mib, 2 * mib, mib}) {  // 7 MiB kept on the host
+    auto kept = m.register_buffer(bytes, buffer_kind::other, residency_policy::host_only);
+    ASSERT_TRUE(kept.ok());
+    ASSERT_TRUE(m.acquire_host(*kept).ok());
+    ASSERT_TRUE(m.release_host(*kept).ok());
+  }
+  std::vector<std::uint64_t> homed;  // on NVMe after their last release
+  for (int i = 0; i < 5; ++i) {
+    auto h = m.register_buffer(2 * mib, buffer_kind::optimizer_state, residency_policy::nvme_home);
+    ASSERT_TRUE(h.ok());
+    ASSERT_TRUE(m.acquire_host(*h).ok());
+    ASSERT_TRUE(m.release_host(*h).ok());
+    ASSERT_EQ(*m.where(*h), tier::nvme);
+    homed.push_back(*h);
+  }
+  gate.set(false);
+  for (int i = 0; i < 4; ++i) {  // 8 MiB read into the host tier
+    auto r = m.prefetch(homed[i], tier::host, 0);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(*r, prefetch_outcome::started) << "read " << i;
+  }
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gate.set(true);
+  });
+  auto held = m.acquire_host(homed[4]);
+  opener.join();
+  ASSERT_TRUE(held.ok()) << held.error().to_string();
+  EXPECT_EQ(*m.where(homed[4]), tier::host);
+  ASSERT_TRUE(m.release_host(homed[4]).ok());
 }
 
 }  // namespace
