@@ -28,6 +28,22 @@ strata_status no_prefetcher(strata_prefetcher* p) {
               p == nullptr ? "null prefetcher handle" : "the prefetcher was destroyed");
 }
 
+// An acquire of either kind: the handle, `out` and `mode` checked, then
+// `take(prefetcher, mode)`'s pointer into *out.
+template <class Take>
+strata_status acquire_into(strata_prefetcher* p, const strata_access_mode& mode, void** out,
+                           Take take) {
+  auto* impl = slot_target(p);
+  if (impl == nullptr) return no_prefetcher(p);
+  if (out == nullptr) return null_output();
+  auto m = strata::c_api::access_mode_of(mode);
+  if (!m) return fail(m.error());
+  auto ptr = take(*impl, *m);
+  if (!ptr) return fail(ptr.error());
+  *out = *ptr;
+  return STRATA_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -80,15 +96,9 @@ strata_status strata_prefetcher_acquire(strata_prefetcher* p, uint64_t handle, v
 
 strata_status strata_prefetcher_acquire_mode(strata_prefetcher* p, uint64_t handle, void* stream,
                                              strata_access_mode mode, void** out) {
-  auto* impl = slot_target(p);
-  if (impl == nullptr) return no_prefetcher(p);
-  if (out == nullptr) return null_output();
-  auto m = strata::c_api::access_mode_of(mode);
-  if (!m) return fail(m.error());
-  auto ptr = impl->acquire(handle, stream, *m);
-  if (!ptr) return fail(ptr.error());
-  *out = *ptr;
-  return STRATA_OK;
+  return acquire_into(p, mode, out, [&](strata::prefetcher& f, strata::access_mode how) {
+    return f.acquire(handle, stream, how);
+  });
 }
 
 strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, void* stream) {
@@ -98,15 +108,9 @@ strata_status strata_prefetcher_release(strata_prefetcher* p, uint64_t handle, v
 
 strata_status strata_prefetcher_acquire_host(strata_prefetcher* p, uint64_t handle,
                                              strata_access_mode mode, void** out) {
-  auto* impl = slot_target(p);
-  if (impl == nullptr) return no_prefetcher(p);
-  if (out == nullptr) return null_output();
-  auto m = strata::c_api::access_mode_of(mode);
-  if (!m) return fail(m.error());
-  auto ptr = impl->acquire_host(handle, *m);
-  if (!ptr) return fail(ptr.error());
-  *out = *ptr;
-  return STRATA_OK;
+  return acquire_into(p, mode, out, [&](strata::prefetcher& f, strata::access_mode how) {
+    return f.acquire_host(handle, how);
+  });
 }
 
 strata_status strata_prefetcher_release_host(strata_prefetcher* p, uint64_t handle) {

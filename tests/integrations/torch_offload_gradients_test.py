@@ -11,7 +11,9 @@ check against the same model and seed trained plainly
   - off.clip_grad_norm_ returns torch.nn.utils.clip_grad_norm_'s total
     norm (to 1e-6 relative) and leaves the same clipped gradients (to
     1e-7), and 5 steps trained with clipping keep the plain model's losses
-    (to 1e-5), with Adam on the host and on the device;
+    (to 1e-5), with Adam on the host and on the device; off.gradients()
+    in the first step only does not put the prefetcher's order out of
+    step (no re-sync, no unrecorded acquire);
   - a gradient of a parameter that did not require one at offload() (it
     has no buffer), and clip_grad_norm_ values it cannot take, are errors
     that say so.
@@ -100,12 +102,13 @@ def clipped(nvme_dir, steps, adam):
         for s in range(steps):
             got.append(backward(model, s))
             norm = off.clip_grad_norm_(CLIP)
-            if s == 0:
+            if s == 0:  # a look outside the loop's own uses: not in the order
                 got_norm, got_grads = norm, off.gradients()
             off.step()
+        fetch = off.stats()["prefetch"]
     finally:
         off.close()
-    return want, got, (want_norm, got_norm), (want_grads, got_grads)
+    return want, got, (want_norm, got_norm), (want_grads, got_grads), fetch
 
 
 def misuse(nvme_dir):
@@ -150,7 +153,8 @@ def main():
     print(f"torch_offload_gradients_test: gradients in the tiers ({sorted(places)}), equal to "
           ".grad's bit for bit after one and two backward passes")
     for adam in ("host", "device"):
-        want, got, (want_norm, got_norm), (want_grads, got_grads) = clipped(nvme_dir, 5, adam)
+        want, got, (want_norm, got_norm), (want_grads, got_grads), fetch = clipped(nvme_dir, 5,
+                                                                                   adam)
         check(f"clip ({adam} Adam): the total norm",
               abs(got_norm - want_norm) <= 1e-6 * want_norm and want_norm > CLIP,
               f"{got_norm} against {want_norm}")
@@ -158,6 +162,8 @@ def main():
         check(f"clip ({adam} Adam): the clipped gradients", drift <= 1e-7, f"differ by {drift}")
         worst = max(abs(a - b) for a, b in zip(got, want))
         check(f"clip ({adam} Adam): losses", worst <= 1e-5, f"differ by {worst}")
+        check(f"clip ({adam} Adam): gradients() is not in the prefetcher's order",
+              fetch["resyncs"] + fetch["unrecorded"] == 0, str(fetch))
         print(f"torch_offload_gradients_test: clip_grad_norm_ with {adam} Adam: norm "
               f"{got_norm:.6f} (torch {want_norm:.6f}), gradients within {drift:.1e}, "
               f"5 steps' losses within {worst:.1e}")

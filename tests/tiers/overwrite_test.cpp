@@ -60,17 +60,27 @@ struct spilled {
   }
 };
 
-TEST(Overwrite, ABufferOnTheHostIsNotCopiedBack) {
-  spilled t;
-  ASSERT_TRUE(t.s.manager);
-  ASSERT_NO_FATAL_FAILURE(t.push(0x11, false));
+// Pushes t's buffer off the device (on to NVMe with `to_nvme`) and
+// overwrites it: nothing comes back, the copy below is freed, the bytes
+// written under the overwrite are the buffer's.
+void overwrite_spilled(spilled& t, bool to_nvme) {
+  ASSERT_NO_FATAL_FAILURE(t.push(0x11, to_nvme));
   const auto before = t.s.manager->stats();
   ASSERT_NO_FATAL_FAILURE(t.write(0x22, access_mode::overwrite));
   const auto after = t.s.manager->stats();
-  EXPECT_EQ(after.fills_from_host, before.fills_from_host);
-  EXPECT_EQ(after.bytes_from_host, before.bytes_from_host);
-  EXPECT_EQ(after.host_bytes, before.host_bytes - bytes) << "its host copy was freed";
+  EXPECT_EQ(after.fills_from_host + after.fills_from_nvme,
+            before.fills_from_host + before.fills_from_nvme);
+  EXPECT_EQ(after.bytes_from_host + after.bytes_from_nvme,
+            before.bytes_from_host + before.bytes_from_nvme);
+  EXPECT_EQ(after.host_bytes + after.nvme_bytes, before.host_bytes + before.nvme_bytes - bytes)
+      << "its copy below was freed";
   EXPECT_TRUE(t.holds(0x22));
+}
+
+TEST(Overwrite, ABufferOnTheHostIsNotCopiedBack) {
+  spilled t;
+  ASSERT_TRUE(t.s.manager);
+  ASSERT_NO_FATAL_FAILURE(overwrite_spilled(t, false));
   // Spilled again, it comes back with the bytes written under the overwrite.
   auto big = t.s.alloc->try_malloc(7 * mib);
   ASSERT_TRUE(big.ok());
@@ -82,15 +92,7 @@ TEST(Overwrite, ABufferOnTheHostIsNotCopiedBack) {
 TEST(Overwrite, ABufferOnNvmeIsNotRead) {
   spilled t;
   ASSERT_TRUE(t.s.manager);
-  ASSERT_NO_FATAL_FAILURE(t.push(0x33, true));
-  const auto before = t.s.manager->stats();
-  ASSERT_NO_FATAL_FAILURE(t.write(0x44, access_mode::overwrite));
-  auto after = t.s.manager->stats();
-  EXPECT_EQ(after.fills_from_nvme, before.fills_from_nvme);
-  EXPECT_EQ(after.bytes_from_nvme, before.bytes_from_nvme);
-  EXPECT_EQ(after.nvme_bytes, before.nvme_bytes - bytes) << "its extent was freed";
-  EXPECT_TRUE(t.holds(0x44));
-
+  ASSERT_NO_FATAL_FAILURE(overwrite_spilled(t, true));
   // On the host too: held there for an overwrite, it is not read either.
   for (const auto o : t.others) {
     ASSERT_TRUE(t.s.manager->acquire(o, nullptr).ok());

@@ -75,6 +75,8 @@ _SIGNATURES: Dict[str, Dict[str, Tuple[Any, List[Any]]]] = {
         "strata_residency_unregister": (_int, [_vp, _u64]),
         "strata_residency_acquire_mode": (_int, [_vp, _u64, _vp, _int, _out]),
         "strata_residency_release": (_int, [_vp, _u64, _vp]),
+        "strata_residency_acquire_host": (_int, [_vp, _u64, _int, _out]),
+        "strata_residency_release_host": (_int, [_vp, _u64]),
         "strata_residency_where": (_int, [_vp, _u64, ctypes.POINTER(_int)]),
         "strata_residency_stats_json": (_int, [_vp, _text]),
         "strata_prefetcher_create": (_int, [_vp, ctypes.c_char_p, _out]),

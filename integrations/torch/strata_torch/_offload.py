@@ -466,14 +466,14 @@ class Offload:
 
     def _gradient(self, p, mode, through_prefetcher=True):
         """p's gradient buffer acquired where its update reads it (the
-        host or the device; there through the prefetcher, as recorded use,
-        unless `through_prefetcher` is False): a tensor over it, and the
-        call that ends the hold."""
+        host or the device), through the prefetcher as recorded use unless
+        `through_prefetcher` is False: a tensor over it, and the call that
+        ends the hold."""
         h = self._grads[id(p)]
         if self._updated_on_host(p):
-            ptr = self._t.acquire_host(h, mode)
+            ptr = self._t.acquire_host(h, mode, through_prefetcher)
             return (self._t.view(ptr, self._shapes[id(p)], host=True),
-                    lambda: self._t.release_host(h))
+                    lambda: self._t.release_host(h, through_prefetcher))
         ptr = self._t.acquire(h, mode, through_prefetcher)
         return (self._t.view(ptr, self._shapes[id(p)]),
                 lambda: self._t.release(h, through_prefetcher))

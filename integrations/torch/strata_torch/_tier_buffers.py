@@ -190,22 +190,28 @@ class TierBuffers:
                    f"release of {self._name(h)}")
         self.held[h] -= 1
 
-    def acquire_host(self, h: int, mode: AccessMode = AccessMode.READ_WRITE) -> int:
+    def acquire_host(self, h: int, mode: AccessMode = AccessMode.READ_WRITE,
+                     through_prefetcher: bool = True) -> int:
         """Buffer `h` held in pinned host memory for a host kernel, through
         the prefetcher (a hold of the step's order: later steps read it
-        from NVMe ahead of it)."""
+        from NVMe ahead of it) unless `through_prefetcher` is False (a
+        look outside the training loop's own uses)."""
         ptr = ctypes.c_void_p()
-        self.check(self.lib.strata_prefetcher_acquire_host(self.fetch, h, mode,
-                                                           ctypes.byref(ptr)),
-                   f"host acquire of {self._name(h)}")
+        if through_prefetcher:
+            status = self.lib.strata_prefetcher_acquire_host(self.fetch, h, mode,
+                                                             ctypes.byref(ptr))
+        else:
+            status = self.lib.strata_residency_acquire_host(self.res, h, mode, ctypes.byref(ptr))
+        self.check(status, f"host acquire of {self._name(h)}")
         if ptr.value is None:
             raise OffloadError(f"host acquire of {self._name(h)}: Strata returned success "
                                "with a null pointer")
         return ptr.value
 
-    def release_host(self, h: int) -> None:
-        self.check(self.lib.strata_prefetcher_release_host(self.fetch, h),
-                   f"host release of {self._name(h)}")
+    def release_host(self, h: int, through_prefetcher: bool = True) -> None:
+        status = (self.lib.strata_prefetcher_release_host(self.fetch, h) if through_prefetcher
+                  else self.lib.strata_residency_release_host(self.res, h))
+        self.check(status, f"host release of {self._name(h)}")
 
     def fill(self, h: int, src: Optional[torch.Tensor], zeros: int = 0) -> None:
         """Buffer `h` = `src`'s values, or `zeros` fp32 zeros (src None)."""
