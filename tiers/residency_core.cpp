@@ -218,14 +218,21 @@ void residency_core::drop(buffer& b) {
   b.has_release_event = false;
 }
 
-void residency_core::forget_below(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
-  if (b.acquired > 0 || (b.where != tier::host && b.where != tier::nvme)) return;
+bool residency_core::drop_after_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
   // A prefetch read into its host memory finishes first (the reader hands
   // it back to this buffer); a write-behind of it is abandoned at its next
-  // part.
+  // part (write_behind.cpp).
   if (b.reading) reads_done_.wait(lock, [&] { return !b.reading; });
+  if (b.acquired > 0) return false;  // acquired while the lock was released
   b.write_stale = true;
   drop(b);
+  return true;
+}
+
+void residency_core::forget_below(std::unique_lock<std::recursive_mutex>& lock, buffer& b) {
+  if (b.acquired == 0 && (b.where == tier::host || b.where == tier::nvme)) {
+    (void)drop_after_read(lock, b);
+  }
 }
 
 result<std::uint64_t> residency_core::register_buffer(std::size_t bytes, buffer_kind kind,
@@ -448,15 +455,12 @@ status residency_core::unregister(std::uint64_t handle) {
   std::unique_lock lock(mu_);
   auto it = buffers_.find(handle);
   if (it == buffers_.end()) return unknown(handle);
-  if (it->second.acquired > 0) {
+  if (it->second.acquired > 0 || !drop_after_read(lock, it->second)) {
     return refused(handle, "is still acquired");
   }
-  // A prefetch read into its host memory finishes first (the reader hands
-  // it back to this buffer). A write-behind of it is abandoned at its next
-  // part (write_behind.cpp).
-  if (it->second.reading) reads_done_.wait(lock, [&] { return !it->second.reading; });
-  drop(it->second);
-  buffers_.erase(it);
+  // By key: a registration while the lock was released for the read may
+  // have rehashed the map (references stay valid, iterators do not).
+  buffers_.erase(handle);
   return {};
 }
 

@@ -305,6 +305,10 @@ class residency_core {
   status copy(void* dst, const void* src, std::size_t bytes, copy_direction direction,
               const event_handle* after);
   void drop(buffer& b);
+  // drop(b) once a prefetch read into it has landed (waiting, the lock
+  // released), a write-behind of it abandoned; false (nothing dropped) if
+  // another thread acquired it meanwhile.
+  bool drop_after_read(std::unique_lock<std::recursive_mutex>& lock, buffer& b);
   // An overwrite's acquire of `b`, held nowhere and spilled (host or
   // NVMe): its copies there are freed instead of filled back, and `b` is
   // as if never used. Anything else is left as it is.

@@ -201,7 +201,9 @@ class Offload:
         self._params: List[Tuple[torch.nn.Parameter, int, int, int, Optional[int]]] = []
         self._handle: Dict[int, int] = {}  # id(parameter) -> handle
         self._grads: Dict[int, int] = {}  # id(parameter) -> its gradient's handle
-        self._index: Dict[int, int] = {}  # id(parameter) -> its place in _params
+        # id(parameter) whose update runs on host threads: adam="host" and
+        # none of its buffers pinned on the device (fixed at registration)
+        self._on_host: Set[int] = set()
         self._grad_ready: Set[int] = set()  # id(parameter): a gradient waits for step()
         self._hooks: List[Any] = []
         self._shapes: Dict[int, Tuple[Tuple[int, ...], torch.dtype]] = {}  # id(parameter) ->
@@ -248,8 +250,9 @@ class Offload:
         self._hooks.append(model.register_forward_hook(self._forward_ends))
 
     def _register_all(self, model):
-        """Each parameter's bytes, two zeroed moments and (bf16) its fp32
-        master copy into the manager."""
+        """Each parameter's bytes, two zeroed moments, (bf16) its fp32
+        master copy and (requiring a gradient) its gradient's buffer into
+        the manager."""
         names = {id(p): n for n, p in model.named_parameters()}
         for p in model.parameters():
             if p.numel() == 0:
@@ -267,7 +270,6 @@ class Offload:
             master = None
             if p.dtype != torch.float32:
                 master = register(n4, state, f"{name}.master", f"{name}'s fp32 master")
-            self._index[id(p)] = len(self._params)
             self._params.append((p, h, m, v, master))
             self._t.fill(h, p.detach())
             self._t.fill(m, None, p.numel())
@@ -278,13 +280,17 @@ class Offload:
                 self._grads[id(p)] = register(p.numel() * DTYPES[p.dtype][1],
                                               BufferKind.BUFFER_GRADIENT, f"{name}.grad",
                                               f"{name}'s gradient")
+            own = {x for x in (h, m, v, master, self._grads.get(id(p))) if x is not None}
+            if self._adam == "host" and self._t.pinned.isdisjoint(own):
+                self._on_host.add(id(p))
             self._handle[id(p)] = h
             self._shapes[id(p)] = (tuple(p.shape), p.dtype)
 
     def where(self, name: str) -> str:
         """Where a buffer is now: "device", "host", "nvme" or "none" (never
         used). `name` is a parameter's name or it with ".exp_avg" or
-        ".exp_avg_sq" (Adam's moments)."""
+        ".exp_avg_sq" (Adam's moments), ".master" (a bf16 parameter's fp32
+        master) or ".grad" (its gradient)."""
         return self._t.where(name)
 
     # --- the hooks -----------------------------------------------------------
@@ -439,10 +445,10 @@ class Offload:
         p.grad = None
 
     def _take_gradients(self):
-        """Gradients PyTorch left in .grad (set by hand, or accumulated
-        while no hook ran) join the buffers; a wrong device, or a gradient
-        of a parameter that did not require one at offload(), is an error
-        before anything changes."""
+        """Gradients PyTorch left in .grad (a take in backward that failed,
+        or a parameter unfrozen after offload()) join the buffers; a wrong
+        device, or a gradient of a parameter that did not require one at
+        offload(), is an error before anything changes."""
         for p, h, *_state in self._params:
             if p.grad is None:
                 continue
@@ -457,20 +463,13 @@ class Offload:
             if p.grad is not None:
                 self._take_gradient(p)
 
-    def _updated_on_host(self, p) -> bool:
-        """Whether p's Adam update (and its gradient's use) runs on host
-        threads: adam="host" and none of its buffers pinned on the device."""
-        _p, h, m, v, master = self._params[self._index[id(p)]]
-        handles = {h, m, v, self._grads[id(p)]} | ({master} if master is not None else set())
-        return self._adam == "host" and self._t.pinned.isdisjoint(handles)
-
     def _gradient(self, p, mode, through_prefetcher=True):
         """p's gradient buffer acquired where its update reads it (the
         host or the device), through the prefetcher as recorded use unless
         `through_prefetcher` is False: a tensor over it, and the call that
         ends the hold."""
         h = self._grads[id(p)]
-        if self._updated_on_host(p):
+        if id(p) in self._on_host:
             ptr = self._t.acquire_host(h, mode, through_prefetcher)
             return (self._t.view(ptr, self._shapes[id(p)], host=True),
                     lambda: self._t.release_host(h, through_prefetcher))
@@ -496,7 +495,7 @@ class Offload:
             if id(p) not in self._grad_ready:
                 continue  # as torch.optim.Adam: no step for it, its count stays
             step = self._steps.get(id(p), 0) + 1
-            on_host = self._updated_on_host(p)
+            on_host = id(p) in self._on_host
             # The gradient only read; the rest updated in place.
             holds = [(self._grads[id(p)], AccessMode.READ_ONLY)]
             holds += [(x, AccessMode.READ_WRITE)
