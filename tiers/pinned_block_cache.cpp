@@ -7,7 +7,7 @@ pinned_block_cache::~pinned_block_cache() {
   for (const auto& [age, b] : kept_) (void)dev_.host_free(b.ptr);
 }
 
-void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room) {
+void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room, std::uint64_t within) {
   const std::size_t need = rounded(bytes);
   if (auto it = by_size_.lower_bound(need); it != by_size_.end() && it->first <= need + need / 16) {
     const auto age = it->second;
@@ -19,8 +19,12 @@ void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room) {
     live_.emplace(b.ptr, b.bytes);
     return b.ptr;
   }
-  while (need > room && !kept_.empty()) {
-    room += kept_.begin()->second.bytes;
+  const auto grow = [](std::uint64_t& r, std::uint64_t by) {  // saturating: no cap is UINT64_MAX
+    r = r > UINT64_MAX - by ? UINT64_MAX : r + by;
+  };
+  while ((need > room || need > within) && !kept_.empty()) {
+    grow(room, kept_.begin()->second.bytes);
+    grow(within, kept_.begin()->second.bytes);
     release_oldest();
   }
   if (need > room) return nullptr;
@@ -30,6 +34,7 @@ void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room) {
     p = dev_.host_alloc(need);
   }
   if (!p) return nullptr;
+  ++allocations_;
   live_.emplace(*p, need);
   live_bytes_ += need;
   return *p;
@@ -40,7 +45,7 @@ std::size_t pinned_block_cache::live_size(const void* p) const {
   return it == live_.end() ? 0 : it->second;
 }
 
-void pinned_block_cache::give(void* p, std::uint64_t keep) {
+void pinned_block_cache::give(void* p) {
   auto it = live_.find(p);
   if (it == live_.end()) return;
   const std::size_t bytes = it->second;
@@ -50,7 +55,6 @@ void pinned_block_cache::give(void* p, std::uint64_t keep) {
   kept_.emplace(age, kept_buffer{p, bytes});
   by_size_.emplace(bytes, age);
   kept_bytes_ += bytes;
-  trim(keep);
 }
 
 void pinned_block_cache::trim(std::uint64_t keep) {
@@ -68,6 +72,7 @@ void pinned_block_cache::release_oldest() {
   }
   kept_.erase(oldest);
   kept_bytes_ -= b.bytes;
+  ++releases_;
   (void)dev_.host_free(b.ptr);
 }
 

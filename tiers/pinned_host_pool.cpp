@@ -22,6 +22,14 @@ std::uint64_t pinned_host_pool::room() const noexcept {
   return pinned >= options_.host_capacity ? 0 : options_.host_capacity - pinned;
 }
 
+std::uint64_t pinned_host_pool::headroom(std::uint64_t need) const noexcept {
+  const std::uint64_t peak = std::max(peak_in_use_, in_use_ + need);
+  const auto bound =
+      static_cast<std::uint64_t>((1.0 + options_.host_kept) * static_cast<double>(peak));
+  const std::uint64_t pinned = small_.pinned() + large_.pinned();
+  return pinned >= bound ? 0 : bound - pinned;
+}
+
 void pinned_host_pool::note_pinned() noexcept {
   peak_pinned_ = std::max(peak_pinned_, small_.pinned() + large_.pinned());
 }
@@ -42,7 +50,7 @@ result<void*> pinned_host_pool::allocate_large(std::size_t bytes) {
   void* p = nullptr;
   {
     std::lock_guard lock(mu_);
-    p = large_.take(bytes, room());
+    p = large_.take(bytes, room(), headroom(pinned_block_cache::rounded(bytes)));
     if (p != nullptr) {
       note_in_use(large_.live_size(p));
       note_pinned();
@@ -61,9 +69,11 @@ result<void*> pinned_host_pool::allocate(std::size_t bytes) {
   {
     std::lock_guard lock(mu_);
     try {
-      p = small_.allocate(bytes, room());
-      if (p == nullptr && large_.kept() > 0) {
-        large_.trim(0);  // kept large buffers make room for a chunk first
+      // A new chunk past the headroom (or the capacity) takes the kept
+      // large buffers' room first.
+      p = small_.allocate(bytes, std::min(room(), headroom(pinned_run_heap::class_size(bytes))));
+      if (p == nullptr) {
+        large_.trim(0);
         p = small_.allocate(bytes, room());
       }
     } catch (const std::bad_alloc&) {
@@ -83,8 +93,7 @@ void pinned_host_pool::free(void* ptr) {
   std::lock_guard lock(mu_);
   if (const std::size_t bytes = large_.live_size(ptr); bytes != 0) {
     in_use_ -= bytes;
-    const auto keep = static_cast<std::uint64_t>(options_.host_kept * static_cast<double>(in_use_));
-    large_.give(ptr, keep);
+    large_.give(ptr);
     return;
   }
   if (const std::size_t bytes = small_.usable_size(ptr); bytes != 0) {
@@ -104,6 +113,8 @@ pinned_host_pool::counters pinned_host_pool::stats() {
   c.chunks = small_.chunks();
   c.kept_bytes = large_.kept();
   c.metadata_bytes = small_.metadata_bytes();
+  c.device_allocations = small_.chunks() + large_.device_allocations();
+  c.device_releases = large_.device_releases();
   return c;
 }
 

@@ -31,8 +31,8 @@ const std::array<spec, 13> table{{
     {{.name = "host_kept",
       .kind = value_kind::number,
       .high = 1.0,
-      .doc = "freed large host buffers kept for reuse, as a fraction of the host "
-             "bytes in use"},
+      .doc = "how far past its peak of bytes in use the host pool may pin memory to keep "
+             "freed large buffers for reuse, as a fraction of that peak"},
      [](tier_options& o) -> option_field { return &o.host_kept; }},
     {bytes_rule("host_lookahead", 0, no_max,
                 "how far ahead, in bytes of upcoming acquires, a prefetcher reads buffers on NVMe "
