@@ -36,7 +36,9 @@ const char* driver_call_name(driver_call kind) noexcept {
                                                                     "synchronize_event",
                                                                     "stream_wait_event",
                                                                     "synchronize_stream",
-                                                                    "synchronize"};
+                                                                    "synchronize",
+                                                                    "host_alloc",
+                                                                    "host_free"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -258,12 +260,12 @@ status device::memset_async(void* dst, unsigned value, std::size_t bytes, stream
 
 result<void*> device::host_alloc(std::size_t bytes) {
   if (bytes == 0) return invalid("host_alloc: size is 0");
-  return do_host_alloc(bytes);
+  return counted(driver_call::host_alloc, [&] { return do_host_alloc(bytes); });
 }
 
 status device::host_free(void* ptr) {
   if (ptr == nullptr) return invalid("host_free: null pointer");
-  return do_host_free(ptr);
+  return counted(driver_call::host_free, [&] { return do_host_free(ptr); });
 }
 
 status device::host_register(void* ptr, std::size_t bytes) {

@@ -97,9 +97,9 @@ using host_fn = void (*)(void* arg);
 using timed_host_fn = double (*)(void* arg, double start);
 
 /// The driver calls a device counts and times (`device::call_totals`): the
-/// virtual memory calls, the event calls and the host's waits for queued
-/// work. These are what an allocator pays on a real GPU (docs/device.md,
-/// "What driver calls cost").
+/// virtual memory calls, the event calls, the host's waits for queued work
+/// and the pinned host memory calls. These are what an allocator pays on a
+/// real GPU (docs/device.md, "What driver calls cost").
 enum class driver_call : std::uint8_t {
   reserve,
   free_reservation,
@@ -114,8 +114,10 @@ enum class driver_call : std::uint8_t {
   stream_wait_event,
   synchronize_stream,
   synchronize,
+  host_alloc,
+  host_free,
 };
-inline constexpr std::size_t driver_call_kinds = 13;
+inline constexpr std::size_t driver_call_kinds = 15;
 
 /// The name of a kind as the stats print it: "map", "set_access", ...
 STRATA_API const char* driver_call_name(driver_call kind) noexcept;
@@ -347,8 +349,12 @@ class STRATA_API device {
   // --- pinned host memory -------------------------------------------------
 
   /// Allocates `bytes` of page-locked host memory (at least 4 KiB aligned).
+  /// Counted as a `host_alloc` driver call: cuMemHostAlloc pins it page by
+  /// page.
   result<void*> host_alloc(std::size_t bytes);
   /// Frees memory from `host_alloc`; any other pointer is invalid_argument.
+  /// Counted as a `host_free` driver call: cuMemFreeHost may wait for the
+  /// whole device.
   status host_free(void* ptr);
   /// Page-locks existing host memory [ptr, ptr+bytes) for fast copies.
   /// Overlapping an existing registration is invalid_argument.

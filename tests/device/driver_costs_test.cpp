@@ -60,6 +60,30 @@ TEST(DriverCosts, VirtualMemoryCallsChargeTheH100sPricesPerPage) {
   EXPECT_NEAR(static_cast<double>(total(t, driver_call::unmap).ns), 4 * 30'000, 1);
 }
 
+// Pinned host memory calls are counted too (cuMemHostAlloc pins page by
+// page, cuMemFreeHost may wait for the whole device), so a tier that churns
+// pinned buffers shows it in the stats; they are not charged on the sim
+// device (not measured yet). A refused call is counted as well.
+TEST(DriverCosts, PinnedHostCallsAreCounted) {
+  auto d = open_ok("sim:capacity=64MiB,data=none");
+  ASSERT_NE(d, nullptr);
+  auto a = d->host_alloc(page);
+  auto b = d->host_alloc(4096);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(d->host_free(*a).ok());
+  int local = 0;
+  EXPECT_EQ(d->host_free(&local).code(), errc::invalid_argument);
+  EXPECT_EQ(d->host_alloc(0).code(), errc::invalid_argument) << "refused before the driver";
+  const driver_call_totals t = d->call_totals();
+  EXPECT_EQ(total(t, driver_call::host_alloc).calls, 2U);
+  EXPECT_EQ(total(t, driver_call::host_free).calls, 2U);
+  EXPECT_EQ(clock_of(*d), 0.0) << "not charged";
+  EXPECT_STREQ(driver_call_name(driver_call::host_alloc), "host_alloc");
+  EXPECT_STREQ(driver_call_name(driver_call::host_free), "host_free");
+  EXPECT_EQ(memory_call_total(t).calls, 0U) << "not virtual-memory calls";
+  ASSERT_TRUE(d->host_free(*b).ok());
+}
+
 // Each key sets its price; driver_costs=none zeroes those not given; a
 // call on less than 2 MiB still costs one unit.
 TEST(DriverCosts, KeysSetThePricesAndNoneTurnsTheRestOff) {
