@@ -32,15 +32,20 @@ void residency_core::drop_shadow(buffer& b) {
   accounts_.c.shadow_bytes -= b.bytes;
 }
 
-bool residency_core::drop_a_shadow() {
+bool residency_core::drop_a_shadow(std::size_t for_bytes) {
   if (accounts_.c.shadow_bytes == 0) return false;
+  buffer* any = nullptr;
   for (auto& [handle, b] : buffers_) {
-    if (b.shadow != nullptr) {
-      drop_shadow(b);
+    if (b.shadow == nullptr) continue;
+    if (for_bytes > 0 && host_->serves(b.bytes, for_bytes)) {
+      drop_shadow(b);  // its pinned memory serves the allocation as it is
       return true;
     }
+    if (any == nullptr) any = &b;
   }
-  return false;
+  if (any == nullptr) return false;
+  drop_shadow(*any);
+  return true;
 }
 
 void residency_core::keep_extent(buffer& b) {

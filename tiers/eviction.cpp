@@ -16,10 +16,16 @@
 
 namespace strata {
 
-residency_core::buffer* residency_core::victim(tier from, const std::uint64_t* limit) {
-  return order_.pick(buffers_, from, limit, [from](const buffer& b) {
-    return b.where == from && b.acquired == 0 && may_leave(b.policy, from);
-  });
+residency_core::buffer* residency_core::victim(tier from, const std::uint64_t* limit,
+                                               std::size_t for_bytes) {
+  return order_.pick(
+      buffers_, from, limit,
+      [from](const buffer& b) {
+        return b.where == from && b.acquired == 0 && may_leave(b.policy, from);
+      },
+      [&](const buffer& b) {
+        return from == tier::host && for_bytes > 0 && host_->serves(b.bytes, for_bytes);
+      });
 }
 
 status residency_core::spill_to_nvme(buffer& b) {
@@ -55,8 +61,8 @@ result<void*> residency_core::host_memory(std::size_t bytes) {
       retired = true;
       continue;
     }
-    if (drop_a_shadow()) continue;  // cheapest: the device copy stays
-    buffer* v = victim(tier::host);
+    if (drop_a_shadow(bytes)) continue;  // cheapest: the device copy stays
+    buffer* v = victim(tier::host, nullptr, bytes);
     if (v == nullptr) return p.error();
     if (auto s = spill_to_nvme(*v); !s) return s;
   }

@@ -9,7 +9,7 @@ pinned_block_cache::~pinned_block_cache() {
 
 void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room, std::uint64_t within) {
   const std::size_t need = rounded(bytes);
-  if (auto it = by_size_.lower_bound(need); it != by_size_.end() && it->first <= need + need / 16) {
+  if (auto it = by_size_.lower_bound(need); it != by_size_.end() && fits(it->first, bytes)) {
     const auto age = it->second;
     const kept_buffer b = kept_.at(age);
     by_size_.erase(it);

@@ -49,6 +49,12 @@ class pinned_block_cache {
   /// fit in either (and all of them when the device refuses). Null when
   /// nothing fits in `room` or the device has no more pinned memory.
   void* take(std::size_t bytes, std::uint64_t room, std::uint64_t within);
+  /// True when a kept buffer of `kept` bytes serves a request of `bytes`
+  /// (take's rule: at least its size and at most 1/16 more).
+  [[nodiscard]] static bool fits(std::size_t kept, std::size_t bytes) noexcept {
+    const std::size_t need = rounded(bytes);
+    return kept >= need && kept <= need + need / 16;
+  }
   /// The pinned size of live buffer `p` (from take), 0 if it is not one.
   [[nodiscard]] std::size_t live_size(const void* p) const;
   /// Keeps live buffer `p` for reuse (the pinned bytes do not change).

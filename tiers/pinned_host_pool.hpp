@@ -63,6 +63,15 @@ class pinned_host_pool {
   /// `bytes` (> 0) of pinned host memory. Errors: out_of_memory at the
   /// capacity or when the device has no more pinned memory.
   result<void*> allocate(std::size_t bytes);
+  /// True when freeing a buffer of `freed` bytes lets an allocation of
+  /// `wanted` bytes reuse its pinned memory with no device call (both large
+  /// buffers, the sizes within 1/16); small buffers' runs never call the
+  /// device once their chunk is held. Thread safety: a pure function of the
+  /// options.
+  [[nodiscard]] bool serves(std::size_t freed, std::size_t wanted) const noexcept {
+    return wanted >= options_.host_large && freed >= options_.host_large &&
+           pinned_block_cache::fits(pinned_block_cache::rounded(freed), wanted);
+  }
   /// Frees what `allocate` returned. Null, and a pointer that is not a
   /// live buffer's start, change nothing (the residency manager, the one
   /// caller, frees only its own buffers).

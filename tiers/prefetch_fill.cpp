@@ -106,11 +106,11 @@ result<prefetch_outcome> residency_core::start_read(std::uint64_t handle, buffer
   auto host = host_->allocate(b.bytes);
   while (!host && host.code() == errc::out_of_memory) {
     if (accounts_.c.staging_bytes > 0) retire_finished();
-    if (drop_a_shadow()) {
+    if (drop_a_shadow(b.bytes)) {
       host = host_->allocate(b.bytes);
       continue;
     }
-    buffer* v = victim(tier::host, &limit);
+    buffer* v = victim(tier::host, &limit, b.bytes);
     if (v == nullptr) break;
     if (auto s = spill_to_nvme(*v); !s) return s;
     host = host_->allocate(b.bytes);

@@ -192,8 +192,10 @@ class residency_core {
   residency_core(allocator& alloc, std::unique_ptr<pinned_host_pool> host,
                  std::unique_ptr<nvme_store> nvme, bool verify_nvme);
   // A released device (or host) buffer its policy lets move down, or null
-  // (victim_order::pick decides which).
-  buffer* victim(tier from, const std::uint64_t* limit = nullptr);
+  // (victim_order::pick decides which). From the host, with `for_bytes`,
+  // one whose pinned memory an allocation of `for_bytes` can take over
+  // goes first (no cuMemFreeHost and cuMemHostAlloc for it).
+  buffer* victim(tier from, const std::uint64_t* limit = nullptr, std::size_t for_bytes = 0);
   // Spills the next device victim: host_only ones the host tier cannot take
   // now are passed over for the next. Null status with `*spilled` null: no
   // victim is left (the error of a passed-over one, if any, is returned).
@@ -288,8 +290,10 @@ class residency_core {
   // The copies kept of unwritten buffers (clean_copies.cpp). Frees `b`'s
   // shadow (the buffer is then dirty: a spill off the device copies it).
   void drop_shadow(buffer& b);
-  // Frees one shadow to make host room; false if there is none.
-  bool drop_a_shadow();
+  // Frees one shadow to make host room (with `for_bytes`, one whose pinned
+  // memory an allocation of that size can take over first); false if there
+  // is none.
+  bool drop_a_shadow(std::size_t for_bytes = 0);
   // Keeps `b.extent` after a read from it (the buffer is unwritten).
   void keep_extent(buffer& b);
   void drop_kept_extent(buffer& b);

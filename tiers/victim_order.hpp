@@ -47,24 +47,32 @@ class victim_order {
   /// no spill passed over; null if none. With `limit` (or, from the device,
   /// the limit set by limit_to), only one the oracle says is needed later
   /// than it; without an oracle a limit is ignored (a released buffer's
-  /// next use is unknown: later).
-  template <class Buffers, class Movable>
-  Buffer* pick(Buffers& buffers, tier from, const std::uint64_t* limit, Movable movable) const {
+  /// next use is unknown: later). Among those the oracle does not keep (or
+  /// among the kept, when only they are left), one `preferred` accepts goes
+  /// before one it does not, then the order above decides.
+  template <class Buffers, class Movable, class Preferred>
+  Buffer* pick(Buffers& buffers, tier from, const std::uint64_t* limit, Movable movable,
+               Preferred preferred) const {
     if (limit == nullptr && from == tier::device) limit = limit_;
     if (!oracle_) limit = nullptr;
     Buffer* best = nullptr;
     std::uint64_t best_key = 0;
     bool best_kept = true;
+    bool best_preferred = false;
     for (auto& [handle, b] : buffers) {
       if (!movable(b)) continue;
       if (std::find(passed_over_.begin(), passed_over_.end(), &b) != passed_over_.end()) continue;
       const std::uint64_t k = key(handle, b.released_at);
       if (limit != nullptr && k <= *limit) continue;
       const bool kept = oracle_ && k <= keep_within_;
-      if (best == nullptr || (best_kept && !kept) || (kept == best_kept && k > best_key)) {
+      const bool pref = preferred(b);
+      const bool better = best == nullptr || (best_kept && !kept) ||
+                          (kept == best_kept && (pref != best_preferred ? pref : k > best_key));
+      if (better) {
         best = &b;
         best_key = k;
         best_kept = kept;
+        best_preferred = pref;
       }
     }
     return best;

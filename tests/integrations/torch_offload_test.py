@@ -186,12 +186,14 @@ def offloaded(branch, nvme_dir):
     model = Model(branch)
     total = sum(p.numel() * 4 for p in model.parameters())
     off = offload(model, nvme_dir)
-    losses, moved, hits = [], [], []
+    losses, moved, hits, pinned = [], [], [], []
     for s in range(STEPS):
         losses.append(train_step(model, off, s))
         st = off.stats()["prefetch"]
         moved.append(st["step_bytes_from_host"] + st["step_bytes_from_nvme"])
         hits.append(st["hits"])
+        calls = strata_torch.memory_stats()
+        pinned.append(calls["driver_calls.host_alloc"] + calls["driver_calls.host_free"])
     params = off.parameters()
     stats = off.stats()
     # Adam on the host (the default on sim): the moments are held on the
@@ -206,7 +208,7 @@ def offloaded(branch, nvme_dir):
     summary = strata_torch.memory_summary()
     check("memory_summary has their sections", "offload" in summary and "prefetch" in summary)
     off.close()
-    return losses, params, stats, moved, hits, total
+    return losses, params, stats, moved, hits, total, pinned
 
 
 def corrupted(nvme_dir):
@@ -624,7 +626,7 @@ def main():
     os.makedirs(nvme_dir, exist_ok=True)
     for branch in (False, True):
         want_losses, want_params = plain(branch)
-        losses, params, stats, moved, hits, total = offloaded(branch, nvme_dir)
+        losses, params, stats, moved, hits, total, pinned = offloaded(branch, nvme_dir)
         label = "branching model" if branch else "model"
         worst = max(abs(a - b) for a, b in zip(losses, want_losses))
         check(f"{label}: losses", worst <= 1e-5, f"differ by {worst}")
@@ -654,7 +656,9 @@ def main():
               f"min bytes moved per step {min(moved[1:]) / 1e6:.1f} MB; "
               f"spills to host {o['spills_to_host']}, to NVMe {o['spills_to_nvme']}; "
               f"host holds {o['host_holds']}, of which read their own buffer "
-              f"{o['host_holds_read']}")
+              f"{o['host_holds_read']}; pinned host memory calls {pinned[0]} in the first "
+              f"step, {(pinned[-1] - pinned[len(pinned) // 2]) / (len(pinned) - 1 - len(pinned) // 2):.0f} "
+              f"a step in the second half")
     for reentrant in (False, True):
         want = plain(False, reentrant, CHECKPOINTED_STEPS)[0]
         worst = max(abs(a - b) for a, b in zip(checkpointed(nvme_dir, reentrant), want))
