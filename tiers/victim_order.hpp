@@ -1,11 +1,11 @@
 // Which released buffer the residency manager moves down a tier first: the
 // one the eviction oracle says is needed last, else the least recently
 // released; those the oracle says are needed within `keep_within` only when
-// no other is left; and before either rule, one the caller prefers (making
-// host room: a buffer whose pinned memory the new one can take over). It
-// owns what decides that: the release clock, the oracle, the limit a
-// prefetch making device room keeps to, and the buffers one spill passed
-// over.
+// no other is left. Among those the oracle keeps alike, one the caller
+// prefers goes before the others (making host room: a buffer whose pinned
+// memory the new one can take over). It owns what decides that: the
+// release clock, the oracle, the limit a prefetch making device room keeps
+// to, and the buffers one spill passed over.
 //
 // Cost: pick() looks at every registered buffer once (the oracle called
 // for each candidate).
