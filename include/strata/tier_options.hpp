@@ -26,7 +26,8 @@ struct tier_options {
   std::uint64_t host_chunk = 2ULL << 20;
   /// Host buffers of this size or more get one pinned allocation each.
   std::uint64_t host_large = 256ULL << 10;
-  /// Freed large host buffers kept for reuse, as a fraction of the bytes in use.
+  /// How far past its peak of bytes in use the host pool may pin memory to
+  /// keep freed large buffers for reuse, as a fraction of that peak.
   double host_kept = 0.05;
   /// Bytes of upcoming acquires whose buffers a prefetcher reads from NVMe
   /// to the host, and the host room the write-behind keeps makeable
