@@ -34,7 +34,6 @@ void* pinned_block_cache::take(std::size_t bytes, std::uint64_t room, std::uint6
     p = dev_.host_alloc(need);
   }
   if (!p) return nullptr;
-  ++allocations_;
   live_.emplace(*p, need);
   live_bytes_ += need;
   return *p;
@@ -72,7 +71,6 @@ void pinned_block_cache::release_oldest() {
   }
   kept_.erase(oldest);
   kept_bytes_ -= b.bytes;
-  ++releases_;
   (void)dev_.host_free(b.ptr);
 }
 

@@ -66,9 +66,6 @@ class pinned_block_cache {
   [[nodiscard]] std::uint64_t pinned() const noexcept { return live_bytes_ + kept_bytes_; }
   /// Bytes of the kept buffers.
   [[nodiscard]] std::uint64_t kept() const noexcept { return kept_bytes_; }
-  /// Buffers taken from the device, and given back to it, so far.
-  [[nodiscard]] std::uint64_t device_allocations() const noexcept { return allocations_; }
-  [[nodiscard]] std::uint64_t device_releases() const noexcept { return releases_; }
 
  private:
   struct kept_buffer {
@@ -85,8 +82,6 @@ class pinned_block_cache {
   std::uint64_t clock_ = 0;
   std::uint64_t live_bytes_ = 0;
   std::uint64_t kept_bytes_ = 0;
-  std::uint64_t allocations_ = 0;
-  std::uint64_t releases_ = 0;
 };
 
 }  // namespace strata

@@ -113,8 +113,6 @@ pinned_host_pool::counters pinned_host_pool::stats() {
   c.chunks = small_.chunks();
   c.kept_bytes = large_.kept();
   c.metadata_bytes = small_.metadata_bytes();
-  c.device_allocations = small_.chunks() + large_.device_allocations();
-  c.device_releases = large_.device_releases();
   return c;
 }
 

@@ -86,10 +86,6 @@ class pinned_host_pool {
     std::uint64_t kept_bytes = 0;      ///< freed large buffers kept for reuse
     std::uint64_t metadata_bytes = 0;  ///< the runs' descriptions, in pageable memory
     std::uint64_t failed = 0;          ///< allocations refused
-    /// Device calls: pinned allocations made (chunks and large buffers),
-    /// and large buffers given back.
-    std::uint64_t device_allocations = 0;
-    std::uint64_t device_releases = 0;
     /// peak pinned / peak in use - 1 (0 when nothing was used).
     [[nodiscard]] double peak_waste() const noexcept {
       return peak_in_use_bytes == 0
