@@ -163,10 +163,14 @@ TEST(PlanScenarios, SuggestedMicroBatchesKeepTheGlobalBatch) {
   EXPECT_TRUE(smaller) << "micro-batch 1 with 10 accumulation steps fits";
 }
 
+// 48 layers: 10.1 B parameters, whose fp32 weights and gradients (75 GiB)
+// leave an 80 GiB GPU (less the CUDA context) room for a step's
+// activations; at 50 layers (78 GiB) backward runs out before the
+// optimizer step does.
 TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates) {
   plan_setup s;
   s.model = {.name = "custom-10b",
-             .layers = 50,
+             .layers = 48,
              .hidden = 4096,
              .heads = 32,
              .kv_heads = 32,
@@ -175,7 +179,7 @@ TEST(PlanScenarios, TenBillionInFp32WithAdamExceedsEightyGigabytesInModelStates)
              .gated_ffn = false};
   s.dtype = precision::fp32;
   s.seq = 1024;
-  ASSERT_NEAR(static_cast<double>(total_params(s.model)) / 1e9, 10.5, 0.5);
+  ASSERT_NEAR(static_cast<double>(total_params(s.model)) / 1e9, 10.1, 0.1);
   auto p = make_plan(s);
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(p->memory.fits);
@@ -320,6 +324,9 @@ TEST(PlanCalibration, AmpPeaksMatchTheH100Runs) {
     const double gib = static_cast<double>(m->peak_tensors) / (1ULL << 30);
     EXPECT_GE(gib, 0.95 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
     EXPECT_LE(gib, 1.10 * r.measured_gib) << r.model << (r.checkpointing ? " checkpointed" : "");
+    // What the plan reaches now (0.3%): a change that loses it says so.
+    EXPECT_NEAR(gib, r.measured_gib, 0.01 * r.measured_gib)
+        << r.model << (r.checkpointing ? " checkpointed" : "");
   }
 }
 
@@ -527,6 +534,17 @@ TEST(PlanCalibration, PyTorchFiguresMatchTheH100Runs) {
   }
 }
 
+// PyTorch's layout settles in the third step: Qwen2.5-0.5B's expandable
+// segments grow there by 2.3 GiB (its H100 snapshot through the model),
+// which a plan of two steps missed (37.41 GiB, 6.6% under the 40.07
+// measured).
+TEST(PlanCalibration, ExpandableSegmentsSettleInTheThirdStep) {
+  auto p = make_plan(calibration_run("qwen2.5-0.5b", 4, 2048, false));
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  const double gib = static_cast<double>(p->pytorch.expandable) / (1ULL << 30);
+  EXPECT_NEAR(gib, 40.07, 0.02 * 40.07);
+}
+
 // A training loop's `out` holds a step's logits into the next step: in
 // the plain PyTorch schedule the first step's logits outlive its backward
 // and are freed in the second step's loss, once that step's logits and
@@ -567,6 +585,92 @@ TEST(PlanSchedule, TheLoopHoldsEachStepsLogitsIntoTheNextLoss) {
   EXPECT_TRUE(freed_in_second_loss);
   EXPECT_EQ(second_logits, 1);
   EXPECT_EQ(second_copies_freed, 1);
+}
+
+// The loop's `out` holds the key/value cache with the logits: a step's
+// cache copies (two a layer) outlive its backward and go in the next
+// step's loss, just after its logits (the H100 snapshots' order); with
+// checkpointing transformers makes no cache.
+TEST(PlanSchedule, TheLoopHoldsEachStepsCacheWithItsLogits) {
+  for (const bool checkpointing : {false, true}) {
+    plan_setup s = preset("gpt2");
+    s.dtype = precision::amp;
+    s.micro_batch = 2;
+    s.seq = 256;
+    s.checkpointing = checkpointing;
+    const step_schedule sched = make_step_schedule(s);
+    const std::uint64_t logits_bytes = 2 * s.micro_batch * s.seq * s.model.vocab;
+    const std::uint64_t cache_bytes = 2 * s.micro_batch * s.seq * s.model.hidden;  // K or V, bf16
+    std::vector<std::string> phase_of_alloc(sched.tensors);
+    std::vector<std::uint64_t> size(sched.tensors, 0);
+    std::string phase;
+    int losses = 0;
+    std::optional<std::uint32_t> first_logits;
+    std::vector<std::uint32_t> after_logits;  // what the second loss frees right after them
+    bool logits_freed = false;
+    for (const step_event& e : sched.events) {
+      if (e.what == step_event::kind::phase) {
+        phase = sched.phases[e.id];
+        if (phase == "forward, logits and loss") ++losses;
+      } else if (e.what == step_event::kind::alloc) {
+        size[e.id] = e.bytes;
+        phase_of_alloc[e.id] = phase;
+        if (losses == 1 && e.bytes == logits_bytes && !first_logits) first_logits = e.id;
+      } else if (logits_freed) {
+        if (size[e.id] != cache_bytes) break;
+        after_logits.push_back(e.id);
+      } else if (first_logits && e.id == *first_logits) {
+        logits_freed = true;
+        EXPECT_EQ(losses, 2);
+      }
+    }
+    ASSERT_TRUE(logits_freed);
+    const std::size_t want = checkpointing ? 0 : 2 * s.model.layers;
+    EXPECT_EQ(after_logits.size(), want) << (checkpointing ? "checkpointed" : "");
+    for (const std::uint32_t id : after_logits) {
+      EXPECT_EQ(phase_of_alloc[id].rfind("forward, layer ", 0), 0U) << "made in the first forward";
+    }
+  }
+}
+
+// Beyond the layers, as the snapshots show: two 32 MiB cuBLAS workspaces
+// (the forward's thread's and autograd's) made in the first step and never
+// freed, and the embedding's output kept from the forward's start to the
+// end of backward.
+TEST(PlanSchedule, CublasWorkspacesAndTheEmbeddingsOutput) {
+  plan_setup s = preset("qwen2.5-0.5b");
+  s.dtype = precision::amp;
+  s.micro_batch = 1;
+  s.seq = 512;
+  const step_schedule sched = make_step_schedule(s);
+  std::vector<std::uint64_t> size(sched.tensors, 0);
+  std::vector<bool> freed(sched.tensors, false);
+  std::vector<std::string> made_in(sched.tensors);
+  std::vector<std::string> freed_in(sched.tensors);
+  std::string phase;
+  for (const step_event& e : sched.events) {
+    if (e.what == step_event::kind::phase) {
+      phase = sched.phases[e.id];
+    } else if (e.what == step_event::kind::alloc) {
+      size[e.id] = e.bytes;
+      made_in[e.id] = phase;
+    } else {
+      freed[e.id] = true;
+      freed_in[e.id] = phase;
+    }
+  }
+  int workspaces = 0;
+  int embeddings = 0;
+  const std::uint64_t embedding_bytes = 4 * s.micro_batch * s.seq * s.model.hidden;  // fp32
+  for (std::uint32_t id = 0; id < sched.tensors; ++id) {
+    if (size[id] == 32ULL << 20 && !freed[id]) ++workspaces;
+    if (size[id] == embedding_bytes && made_in[id] == "forward, embedding") {
+      ++embeddings;
+      if (freed[id]) EXPECT_EQ(freed_in[id], "backward, layer 0");
+    }
+  }
+  EXPECT_EQ(workspaces, 2);
+  EXPECT_EQ(embeddings, 4) << "one a step";
 }
 
 }  // namespace

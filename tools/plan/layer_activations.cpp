@@ -24,6 +24,7 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
   const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
   const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
   const auto cast = [&](std::uint64_t bytes) { out.push_back({bytes, true, true}); };
+  const auto cached = [&](std::uint64_t bytes) { out.push_back({bytes, true, false, true}); };
   const auto attention = [&] {
     if (s.flash_attention) {
       keep(2 * t * h);        // output, the o projection's input
@@ -48,8 +49,8 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     keep(2 * t * h);                                   // its input cast
     keep(2 * t * (h + 2 * kv));                        // Q, K, V
     if (cache) {
-      keep(2 * t * kv);  // the cache's K
-      keep(2 * t * kv);  // and V
+      cached(2 * t * kv);  // the cache's K
+      cached(2 * t * kv);  // and V
     }
     attention();
     cast(2 * h * h + bias * h);  // c_proj's weight cast
@@ -97,8 +98,8 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     pass(4 * t * h);                   // rotate_half(Q) x sin
     pass(4 * t * kv);                  // K after rotary, fp32
     if (cache) {
-      keep(4 * t * kv);  // the cache's K
-      keep(4 * t * kv);  // and V
+      cached(4 * t * kv);  // the cache's K
+      cached(4 * t * kv);  // and V
     }
     keep(2 * t * h);   // Q cast for attention
     keep(2 * t * kv);  // K
@@ -154,6 +155,7 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
   std::vector<layer_op> out;
   const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
   const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
+  const auto cached = [&](std::uint64_t bytes) { out.push_back({bytes, true, false, true}); };
   const auto attention = [&] {
     if (s.flash_attention) {
       keep(e * t * h);        // output, the o projection's input
@@ -188,8 +190,8 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
     keep(8 * t);                 // its mean and rstd
     keep(e * t * (h + 2 * kv));  // Q, K, V
     if (cache) {
-      keep(e * t * kv);  // the cache's K
-      keep(e * t * kv);  // and V
+      cached(e * t * kv);  // the cache's K
+      cached(e * t * kv);  // and V
     }
     attention();
     pass(e * t * h);  // c_proj's output
@@ -225,8 +227,8 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
     keep(e * t * kv);  // K after rotary
     keep(e * t * kv);  // V
     if (cache) {
-      keep(e * t * kv);  // the cache's K
-      keep(e * t * kv);  // and V
+      cached(e * t * kv);  // the cache's K
+      cached(e * t * kv);  // and V
     }
     attention();
     pass(e * t * h);  // o projection's output

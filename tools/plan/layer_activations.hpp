@@ -36,11 +36,14 @@ std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s);
 /// A tensor a layer's forward makes: kept for backward, or passing (freed
 /// once the next tensor is made); `weight_cast` marks a weight's bf16 cast
 /// under amp, which autocast's cache holds until autocast exits even where
-/// nothing is kept (a checkpointed forward).
+/// nothing is kept (a checkpointed forward); `cached` marks a copy of K or
+/// V in transformers' key/value cache, which the model's output holds as
+/// long as a training loop keeps that output (kept too).
 struct layer_op {
   std::uint64_t bytes;
   bool kept;
   bool weight_cast = false;
+  bool cached = false;
 };
 /// The layer's forward tensors in order, those kept and those passing, as
 /// PyTorch makes them.

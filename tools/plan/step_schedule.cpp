@@ -39,7 +39,6 @@ struct layer_plan {
   std::uint64_t buckets = 0;         // gradient buckets' staging (0: views)
   std::vector<layer_op> ops;         // what its forward makes, in order
   std::uint64_t checkpoint = 0;      // with checkpointing: the layer's input
-  std::uint64_t scratch = 0;         // without checkpointing: backward's activation gradients
   // Plain PyTorch: the gradients' tensors (bytes) each layer's backward
   // makes, and the head's (the outer parameters'); empty otherwise.
   std::vector<std::uint64_t> layer_grads_made;
@@ -69,14 +68,32 @@ class layer_gathers {
   std::uint32_t next_ = 0;
 };
 
-// The logits a training loop keeps: `out = model(...)` (the calibration
-// runs, bench/torch_train.py) holds each micro-batch's until the next
-// one's loss is made, so they are live through its forward (both H100
-// snapshots show it); the hole they leave shapes PyTorch's layout.
-struct held_logits {
-  bool hold = false;                // plain PyTorch: the loop's `out` keeps them
-  std::optional<std::uint32_t> id;  // the previous micro-batch's, while held
+// What a training loop carries from one micro-batch to the next.
+// `out = model(...)` (the calibration runs, bench/torch_train.py) holds
+// each micro-batch's logits and key/value cache until the next one's loss
+// is made, so they are live through its forward (both H100 snapshots show
+// it: the logits go there, then the cache's K and V layer by layer); the
+// holes they leave shape PyTorch's layout. And cuBLAS's workspaces, made
+// through PyTorch's allocator at a thread's first matmul and kept: one
+// for the forward's thread, one for autograd's.
+struct loop_state {
+  bool hold = false;                    // plain PyTorch: the loop's `out` keeps its outputs
+  std::optional<std::uint32_t> logits;  // the previous micro-batch's, while held
+  std::vector<std::uint32_t> cache;     // and its cache's tensors
+  bool forward_workspace = false;       // made
+  bool backward_workspace = false;
 };
+
+// cuBLAS's workspace on Hopper (PyTorch's default CUBLAS_WORKSPACE_CONFIG
+// there, :4096:8): 32 MiB a handle, the two snapshots' 32 MiB blocks that
+// are never freed.
+constexpr std::uint64_t cublas_workspace = 32ULL << 20;
+
+void make_workspace(builder& b, bool& made) {
+  if (made) return;
+  b.alloc(category::activations, cublas_workspace);
+  made = true;
+}
 
 std::string micro_label(const plan_setup& s, std::uint64_t micro) {
   return s.grad_accum > 1 ? " (micro-batch " + std::to_string(micro + 1) + ")" : "";
@@ -110,10 +127,6 @@ layer_plan plan_layer(const plan_setup& s) {
         p.outer_grads_made.push_back(n * w);
     }
   }
-  // Twice the largest tensor the layer keeps (a weight's cast is one too).
-  for (const layer_op& op : p.ops) {
-    if (op.kept) p.scratch = std::max(p.scratch, 2 * op.bytes);
-  }
   return p;
 }
 
@@ -132,17 +145,44 @@ std::optional<std::uint32_t> make_layer_ops(builder& b, const layer_plan& p, Kee
   return passing;
 }
 
+// The embedding, in the weights' precision (the snapshots): the token
+// lookup, and in the GPT-2 family the position lookup, their sum and its
+// dropout. Layer 0's input (the dropped sum, or the lookup) and the
+// dropout's mask are kept for backward, added to `saved`; the lookups
+// GPT-2 leaves live to the forward's end, added to `lookups`. A frozen
+// embedding (LoRA) has nothing saved: all of it goes at the forward's end.
+void embed(builder& b, const plan_setup& s, const layer_plan& p, std::vector<std::uint32_t>& saved,
+           std::vector<std::uint32_t>& lookups) {
+  std::vector<std::uint32_t>& kept = s.lora_rank > 0 ? lookups : saved;
+  const std::uint64_t th = p.checkpoint;  // bytes of the residual stream, batch x seq x hidden
+  const std::uint32_t tokens = b.alloc(category::activations, th);
+  if (s.model.gated_ffn) {
+    kept.push_back(tokens);
+    return;
+  }
+  lookups.push_back(tokens);
+  lookups.push_back(b.alloc(category::activations, th / s.micro_batch));  // positions
+  const std::uint32_t sum = b.alloc(category::activations, th);
+  const std::uint64_t elements = s.micro_batch * s.seq * s.model.hidden;
+  kept.push_back(b.alloc(category::activations, elements));  // the dropout's mask
+  kept.push_back(b.alloc(category::activations, th));
+  b.free(sum);
+}
+
 void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
-             std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t& logits,
-             std::vector<std::uint32_t>& head, held_logits& held) {
+             std::vector<std::uint32_t>& embedding, std::vector<std::vector<std::uint32_t>>& saved,
+             std::uint32_t& logits, std::vector<std::uint32_t>& head, loop_state& loop) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
   b.phase("forward, embedding" + mb);
   std::uint32_t outer = 0;
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
+  std::vector<std::uint32_t> lookups;
+  embed(b, s, p, embedding, lookups);
   layer_gathers gathers(b, p.gathered);
   if (p.outer_gathered > 0) b.free(outer);
+  make_workspace(b, loop.forward_workspace);  // the first linear's
   // With checkpointing the forward keeps nothing for backward: a tensor
   // backward would have kept is one of the layer's locals instead, gone
   // when the layer's forward returns (the checkpointed snapshot: the
@@ -155,6 +195,7 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   // cache holds the weights' casts until the loss is made and autocast
   // exits.
   std::vector<std::uint32_t> casts;
+  std::vector<std::uint32_t> cache;
   for (std::uint64_t l = 0; l < layers; ++l) {
     b.phase("forward, layer " + std::to_string(l) + mb);
     const std::uint32_t mine = gathers.begin(l + 1 < layers);
@@ -163,7 +204,9 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     std::optional<std::uint32_t> passing =
         make_layer_ops(b, p, [&](const layer_op& op, std::uint32_t id) {
           if (!op.kept) return false;  // a weight's cast is kept too
-          if (!s.checkpointing) {
+          if (op.cached && loop.hold) {
+            cache.push_back(id);  // `out` keeps it past backward
+          } else if (!s.checkpointing) {
             ids.push_back(id);
           } else if (op.weight_cast) {
             casts.push_back(id);
@@ -189,6 +232,7 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     gathers.end(mine);
   }
   b.phase("forward, logits and loss" + mb);
+  for (const std::uint32_t id : lookups) b.free(id);
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
   const std::uint64_t tv = tokens * s.model.vocab;
   if (s.dtype == precision::amp) {
@@ -217,16 +261,19 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     const std::uint32_t upcast = b.alloc(category::activations, tv * 4);  // fp32 for the loss
     b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
   }
-  // `out` now takes this micro-batch's outputs; autocast exits.
-  if (held.id) b.free(*held.id);
-  held.id.reset();
+  // `out` now takes this micro-batch's outputs, dropping the previous
+  // ones; autocast exits.
+  if (loop.logits) b.free(*loop.logits);
+  loop.logits.reset();
+  for (const std::uint32_t id : loop.cache) b.free(id);
+  loop.cache = std::move(cache);
   for (const std::uint32_t id : casts) b.free(id);
   if (p.outer_gathered > 0) b.free(outer);
 }
 
-void release_logits(builder& b, held_logits& held, std::uint32_t logits) {
-  if (held.hold) {
-    held.id = logits;
+void release_logits(builder& b, loop_state& loop, std::uint32_t logits) {
+  if (loop.hold) {
+    loop.logits = logits;
   } else {
     b.free(logits);
   }
@@ -248,18 +295,20 @@ std::vector<std::uint32_t> recompute_layer(builder& b, const layer_plan& p) {
   return kept;
 }
 
-// The backward through a recomputed layer (the checkpointed snapshot's
-// pattern: a stream of transient gradients the size of the tensors they
-// flow through, none larger): from the last tensor kept to the first, the
-// gradient through it is made, the one before goes, then the tensor.
-// The weight casts go last, with the layer.
-void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32_t>& kept) {
+// The backward through a layer (the snapshots' pattern: a stream of
+// transient gradients the size of the tensors they flow through, none
+// larger): from the last tensor kept to the first, the gradient through
+// it is made, the one before goes, then the tensor. The weight casts go
+// last, with the layer. `kept` lacks the cache's copies where the loop
+// holds them (`cache_held`): they outlive backward.
+void unwind_layer(builder& b, const layer_plan& p, const std::vector<std::uint32_t>& kept,
+                  bool cache_held) {
   std::optional<std::uint32_t> grad;
   std::vector<std::uint32_t> casts;
   std::size_t k = kept.size();
   for (std::size_t j = p.ops.size(); j-- > 0;) {
     const layer_op& op = p.ops[j];
-    if (!op.kept) continue;
+    if (!op.kept || (op.cached && cache_held)) continue;
     const std::uint32_t id = kept[--k];
     if (op.weight_cast) {
       casts.push_back(id);
@@ -283,9 +332,10 @@ void make_gradients(builder& b, const std::vector<std::uint64_t>& sizes, std::ui
 }
 
 void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
+              const std::vector<std::uint32_t>& embedding,
               std::vector<std::vector<std::uint32_t>>& saved, std::uint32_t logits,
               const std::vector<std::uint32_t>& head, std::vector<std::uint32_t>& made_grads,
-              held_logits& held) {
+              loop_state& loop) {
   const std::uint64_t layers = s.model.layers;
   const std::uint64_t tokens = s.micro_batch * s.seq;
   const std::string mb = micro_label(s, micro);
@@ -312,6 +362,7 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     const std::uint64_t th = tokens * s.model.hidden;
     const std::uint32_t dweight_cast =
         b.alloc(category::activations, 2 * s.model.vocab * s.model.hidden);
+    make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     const std::uint32_t dinput_cast = b.alloc(category::activations, 2 * th);
     b.free(dlogits);
     dhidden = b.alloc(category::activations, 4 * th);
@@ -319,7 +370,7 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     // The head's (or tied embedding's) gradient, and the rest outside.
     make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dweight_cast);
-    release_logits(b, held, logits);
+    release_logits(b, loop, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else if (s.dtype == precision::fp32) {
     // The loss's gradient, then the log-softmax's (the logits'); the
@@ -328,15 +379,17 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
     const std::uint32_t dlogits = b.alloc(category::activations, 4 * tv);
     b.free(dloss);
-    b.free(head.back());  // the log-softmax
+    b.free(head.back());                         // the log-softmax
+    make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
     make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dlogits);
-    release_logits(b, held, logits);
+    release_logits(b, loop, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
     const std::uint32_t dlogits = b.alloc(category::activations, tv * 4);
-    release_logits(b, held, logits);
+    release_logits(b, loop, logits);
+    make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
     b.free(dlogits);
   }
@@ -351,24 +404,30 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     // runs (tried: before the recompute, at the first linear, after it).
     const auto make_grads = [&] { make_gradients(b, p.layer_grads_made, micro, made_grads); };
     std::uint32_t layer_grads = 0;
-    std::optional<std::uint32_t> scratch;  // without checkpointing: the gradients' working room
     if (s.checkpointing) {
       // The layer's forward runs again first, as in the forward pass,
       // keeping what its backward needs; then its backward.
       make_grads();
       const std::vector<std::uint32_t> recomputed = recompute_layer(b, p);
       if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
-      unwind_layer(b, p, recomputed);
+      unwind_layer(b, p, recomputed, false);
+      for (const std::uint32_t id : saved[l]) b.free(id);
     } else {
-      scratch = b.alloc(category::activations, p.scratch);
       if (p.layer_grads > 0) layer_grads = b.alloc(category::gradients, p.layer_grads);
       make_grads();
+      unwind_layer(b, p, saved[l], loop.hold);
     }
-    for (const std::uint32_t id : saved[l]) b.free(id);
-    if (scratch) b.free(*scratch);
     if (p.layer_grads > 0) b.free(layer_grads);  // reduce-scattered into its fp32 partition
     gathers.end(mine);
   }
+  // The embedding's backward; a tied embedding's gradient is a new tensor
+  // there, added into the head's and freed (both snapshots).
+  std::optional<std::uint32_t> tied;
+  if (s.model.tied_embeddings && !p.outer_grads_made.empty()) {
+    tied = b.alloc(category::activations, s.model.vocab * s.model.hidden * weight_bytes(s.dtype));
+  }
+  for (const std::uint32_t id : embedding) b.free(id);
+  if (tied) b.free(*tied);
   b.free(dhidden);
 }
 
@@ -377,13 +436,14 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
 // Forward and backward of each micro-batch (at most two: later ones repeat
 // the second); gradients made in backward are added to `made_grads`.
 void micro_batches(builder& b, const plan_setup& s, const layer_plan& p,
-                   std::vector<std::uint32_t>& made_grads, held_logits& held) {
+                   std::vector<std::uint32_t>& made_grads, loop_state& loop) {
   for (std::uint64_t micro = 0; micro < std::min<std::uint64_t>(s.grad_accum, 2); ++micro) {
+    std::vector<std::uint32_t> embedding;
     std::vector<std::vector<std::uint32_t>> saved;
     std::uint32_t logits = 0;
     std::vector<std::uint32_t> head;
-    forward(b, s, p, micro, saved, logits, head, held);
-    backward(b, s, p, micro, saved, logits, head, made_grads, held);
+    forward(b, s, p, micro, embedding, saved, logits, head, loop);
+    backward(b, s, p, micro, embedding, saved, logits, head, made_grads, loop);
   }
 }
 
@@ -408,9 +468,14 @@ std::vector<std::uint32_t> parameter_order(const std::vector<std::uint32_t>& gra
 // Plain PyTorch on one GPU (gradients_made_in_backward): the parameters
 // held all along; a first step without optimizer state, whose optimizer
 // step makes Adam's two moments tensor by tensor (AdamW's lazy state),
-// zero_grad freeing the gradients; then the step every later one repeats.
-// The first step's layout is what the second's tensors find, so its holes
-// count in every allocator's reserve.
+// zero_grad freeing the gradients; then the steps every later one
+// repeats. A step's layout is what the next one's tensors find, and the
+// outputs the loop holds alternate between two places, so PyTorch's
+// layout settles only in the third and fourth steps: the H100 snapshots'
+// expandable segments grow in their third step (Qwen2.5: by 2.3 GiB) and
+// by at most 0.08 GiB after it, to the eighth step of an H200 one.
+constexpr int plain_pytorch_step_count = 4;
+
 step_schedule plain_pytorch_steps(const plan_setup& s) {
   step_schedule out;
   builder b(out);
@@ -421,10 +486,10 @@ step_schedule plain_pytorch_steps(const plan_setup& s) {
   }
   for (const std::uint64_t n : outer_param_tensors(s.model)) b.alloc(category::parameters, n * w);
   const layer_plan p = plan_layer(s);
-  held_logits held{.hold = true, .id = std::nullopt};
-  for (int step = 0; step < 2; ++step) {
+  loop_state loop{.hold = true};
+  for (int step = 0; step < plain_pytorch_step_count; ++step) {
     std::vector<std::uint32_t> grads;
-    micro_batches(b, s, p, grads, held);
+    micro_batches(b, s, p, grads, loop);
     b.phase(step == 0 ? "optimizer step (Adam's state made)" : "optimizer step");
     const std::vector<std::uint32_t> ordered = parameter_order(grads, p);
     if (step == 0) {
@@ -461,8 +526,8 @@ step_schedule make_step_schedule(const plan_setup& s) {
     buckets.push_back(b.alloc(category::collective_buffers, p.buckets / 2));
   }
   std::vector<std::uint32_t> made_grads;
-  held_logits held;  // DeepSpeed's and FSDP's loops: no calibration run says what they hold
-  micro_batches(b, s, p, made_grads, held);
+  loop_state loop;  // DeepSpeed's and FSDP's loops: no calibration run says what they hold
+  micro_batches(b, s, p, made_grads, loop);
   b.phase("optimizer step");
   for (const std::uint32_t id : buckets) b.free(id);
   for (const std::uint32_t id : made_grads) b.free(id);  // the next step's zero_grad
