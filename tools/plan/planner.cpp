@@ -67,7 +67,7 @@ std::string describe(const change& c, const plan_setup& after) {
 
 }  // namespace
 
-result<plan_result> make_plan(const plan_setup& s) {
+result<plan_result> make_plan(const plan_setup& s, timing t) {
   if (auto c = check_setup(s); !c) return c;
   plan_result p;
   p.setup = s;
@@ -83,9 +83,11 @@ result<plan_result> make_plan(const plan_setup& s) {
       std::min(p.memory.peak_reserved,
                p.memory.by_category[static_cast<std::size_t>(category::parameters)] +
                    p.memory.by_category[static_cast<std::size_t>(category::collective_buffers)]);
-  auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest));
-  if (!time) return time.error();
-  p.time = *time;
+  if (p.memory.fits || t == timing::always) {
+    auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest));
+    if (!time) return time.error();
+    p.time = *time;
+  }
   p.states = sum_model_states(s);
   p.deepspeed = deepspeed_estimate(s);
   p.paper = zero_paper_figure(s);
@@ -115,7 +117,7 @@ result<std::vector<fix>> find_fixes(const plan_setup& s) {
           text += (text.empty() ? "" : " + ") + describe(all[i], t);
         }
         if (!check_setup(t).ok()) return {};
-        auto p = make_plan(t);
+        auto p = make_plan(t, timing::when_fits);
         if (!p) return p.error();
         if (p->memory.fits) found.push_back({text, std::move(*p)});
         return {};
@@ -141,7 +143,7 @@ result<search_result> largest_batch(const plan_setup& s) {
   std::uint64_t b = 1;
   while (hi == 0 || hi - lo > 1) {
     t.micro_batch = b;
-    auto p = make_plan(t);
+    auto p = make_plan(t, timing::when_fits);
     if (!p) return p.error();
     if (p->memory.fits) {
       lo = b;

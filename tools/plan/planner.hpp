@@ -5,6 +5,7 @@
 // Thread safety: pure functions (each run makes its own allocator).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,16 @@ struct plan_result {
   pytorch_reserve pytorch;       ///< PyTorch's allocators' peak reserved, same schedule
 };
 
-/// One setup. Errors: check_setup's; the device's.
-result<plan_result> make_plan(const plan_setup& s);
+/// What a plan times.
+enum class timing : std::uint8_t {
+  always,     ///< the step, whether it fits or not (what a user asked for)
+  when_fits,  ///< only a setup that fits (a search, which drops the rest)
+};
+/// One setup. Errors: check_setup's; the device's. With timing::when_fits
+/// a setup that does not fit leaves `time` empty: its step is not run
+/// (with parameters offloaded, a step with no room to cache their shards
+/// takes 15-20 s to model).
+result<plan_result> make_plan(const plan_setup& s, timing t = timing::always);
 
 /// A change to the setup that makes it fit, with its plan.
 struct fix {

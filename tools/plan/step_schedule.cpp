@@ -257,9 +257,16 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     logits = b.alloc(category::activations, 4 * tv);
     head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
   } else {
-    logits = b.alloc(category::activations, tv * 2);                      // bf16 logits
-    const std::uint32_t upcast = b.alloc(category::activations, tv * 4);  // fp32 for the loss
-    b.free(upcast);  // the loss keeps the fp32 softmax below, in backward
+    // bf16 weights, no autocast: the loss as under amp without the casts.
+    // The final norm (its bf16 output the head's input), bf16 logits, their
+    // fp32 copy for the loss, and cross-entropy's fp32 log-softmax, kept
+    // for backward; the copy goes once it is made.
+    const std::uint64_t th = tokens * s.model.hidden;
+    head.push_back(b.alloc(category::activations, 2 * th + 8 * tokens));  // final norm
+    logits = b.alloc(category::activations, 2 * tv);
+    const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
+    head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
+    b.free(upcast);
   }
   // `out` now takes this micro-batch's outputs, dropping the previous
   // ones; autocast exits.
@@ -387,11 +394,20 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     release_logits(b, loop, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
-    const std::uint32_t dlogits = b.alloc(category::activations, tv * 4);
-    release_logits(b, loop, logits);
+    // bf16: the loss's and the log-softmax's gradients (fp32), then the
+    // logits' in bf16 for the head's matmul, which makes the hidden
+    // state's.
+    const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
+    const std::uint32_t dsoftmax = b.alloc(category::activations, 4 * tv);
+    b.free(dloss);
+    b.free(head.back());  // the log-softmax
+    const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
+    b.free(dsoftmax);
     make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
     b.free(dlogits);
+    release_logits(b, loop, logits);
+    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   }
   if (p.outer_gathered > 0) b.free(outer);
   layer_gathers gathers(b, p.gathered);
