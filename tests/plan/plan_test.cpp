@@ -108,6 +108,38 @@ TEST(PlanActivations, AGpt2LayerIsTheStandardCountPlusTransformersUnfusedGeluAnd
   }
 }
 
+// LoRA freezes the base, and autograd keeps an input only for a gradient
+// it computes (mm saves its input only when the weight requires grad): a
+// linear with no adapter keeps no input, a norm keeps no normalized input
+// for its frozen weight. GPT-2 under amp, LoRA on the attention: c_fc's and
+// the MLP's c_proj's input casts go (2 T h + 2 T f a layer); Qwen2.5 also
+// drops its norms' fp32 outputs (2 x 4 T h), gate's and up's input casts
+// and the product down takes (2 T f). With --lora-mlp every linear's input
+// stays, and the norms' outputs still go.
+TEST(PlanActivations, LoraKeepsNoInputAFrozenWeightAloneNeeds) {
+  for (const char* name : {"gpt2", "qwen2.5-0.5b"}) {
+    plan_setup s = preset(name);
+    s.dtype = precision::amp;
+    s.micro_batch = 2;
+    s.seq = 512;
+    const double full = static_cast<double>(layer_activation_bytes(s));
+    s.lora_rank = 16;
+    const double adapters = 2.0 * 2 * 512 * 16 * 4;  // four rank-16 bf16 activations
+    const double t = 2 * 512;
+    const double h = static_cast<double>(s.model.hidden);
+    const double f = static_cast<double>(s.model.ffn);
+    const double dropped =
+        s.model.gated_ffn ? 2 * 4 * t * h + 2 * 2 * t * h + 2 * t * f : 2 * t * h + 2 * t * f;
+    EXPECT_NEAR(static_cast<double>(layer_activation_bytes(s)), full - dropped + adapters, 1.0)
+        << name;
+    s.lora_mlp = true;
+    const double mlp_adapters = 2.0 * 2 * 512 * 16 * (s.model.gated_ffn ? 7 : 6);
+    const double norms = s.model.gated_ffn ? 2 * 4 * t * h : 0;
+    EXPECT_NEAR(static_cast<double>(layer_activation_bytes(s)), full - norms + mlp_adapters, 1.0)
+        << name;
+  }
+}
+
 // Qwen2.5-7B with LoRA r=16 under ZeRO-3 on 8 GPUs, micro-batch
 // `micro` x 4096 tokens.
 plan_setup qwen_lora_job(std::uint64_t micro) {
@@ -600,6 +632,40 @@ TEST(PlanSearch, SetupsThatDoNotFitAreNotTimedInASearch) {
   ASSERT_TRUE(fitting.ok());
   EXPECT_TRUE(fitting->memory.fits);
   EXPECT_GT(fitting->time.total(), 0);
+}
+
+// Autocast caches the bf16 casts of weights that require grad (ATen's
+// cached_cast), so a checkpointed forward holds them to the loss; LoRA's
+// frozen base weights are cast for each matmul and the casts go. At the
+// first loss (no optimizer state yet) full fine-tuning holds 2 bytes a
+// layer parameter more than LoRA.
+TEST(PlanSchedule, ACheckpointedForwardHoldsOnlyTrainableWeightsCasts) {
+  const auto live_at_first_loss = [](std::uint64_t lora_rank) {
+    plan_setup s = preset("gpt2");
+    s.dtype = precision::amp;
+    s.micro_batch = 2;
+    s.seq = 256;
+    s.checkpointing = true;
+    s.lora_rank = lora_rank;
+    const step_schedule sched = make_step_schedule(s);
+    std::vector<std::uint64_t> size(sched.tensors, 0);
+    std::uint64_t live = 0;
+    for (const step_event& e : sched.events) {
+      if (e.what == step_event::kind::phase) {
+        if (sched.phases[e.id] == "forward, logits and loss") return live;
+      } else if (e.what == step_event::kind::alloc) {
+        size[e.id] = e.bytes;
+        live += e.bytes;
+      } else {
+        live -= size[e.id];
+      }
+    }
+    return live;
+  };
+  const plan_setup s = preset("gpt2");
+  const auto casts = static_cast<double>(2 * layer_params(s.model) * s.model.layers);
+  const auto more = static_cast<double>(live_at_first_loss(0) - live_at_first_loss(16));
+  EXPECT_NEAR(more, casts, 0.02 * casts);
 }
 
 // PyTorch's layout settles in the third step: Qwen2.5-0.5B's expandable

@@ -25,6 +25,9 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
   const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
   const auto cast = [&](std::uint64_t bytes) { out.push_back({bytes, true, true}); };
   const auto cached = [&](std::uint64_t bytes) { out.push_back({bytes, true, false, true}); };
+  const auto input = [&](std::uint64_t bytes, weight_kind w) {
+    out.push_back({bytes, true, false, false, w});
+  };
   const auto attention = [&] {
     if (s.flash_attention) {
       keep(2 * t * h);        // output, the o projection's input
@@ -46,57 +49,57 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     pass(4 * t * h);                                   // ln_1's output
     keep(8 * t);                                       // its mean and rstd
     cast(2 * h * (h + 2 * kv) + bias * (h + 2 * kv));  // c_attn's weight cast
-    keep(2 * t * h);                                   // its input cast
+    input(2 * t * h, weight_kind::attention);          // its input cast
     keep(2 * t * (h + 2 * kv));                        // Q, K, V
     if (cache) {
       cached(2 * t * kv);  // the cache's K
       cached(2 * t * kv);  // and V
     }
     attention();
-    cast(2 * h * h + bias * h);  // c_proj's weight cast
-    pass(2 * t * h);             // its output
-    keep(t * h);                 // attention dropout mask
-    pass(2 * t * h);             // the dropped output
-    keep(4 * t * h);             // residual, fp32
-    pass(4 * t * h);             // ln_2's output
-    keep(8 * t);                 // its mean and rstd
-    cast(2 * h * f + bias * f);  // c_fc's weight cast
-    keep(2 * t * h);             // its input cast
-    pass(2 * t * f);             // its output
-    keep(2 * t * f);             // the GeLU: 0.5 x, bf16
-    keep(4 * t * f);             // x^3, fp32
+    cast(2 * h * h + bias * h);          // c_proj's weight cast
+    pass(2 * t * h);                     // its output
+    keep(t * h);                         // attention dropout mask
+    pass(2 * t * h);                     // the dropped output
+    keep(4 * t * h);                     // residual, fp32
+    pass(4 * t * h);                     // ln_2's output
+    keep(8 * t);                         // its mean and rstd
+    cast(2 * h * f + bias * f);          // c_fc's weight cast
+    input(2 * t * h, weight_kind::ffn);  // its input cast
+    pass(2 * t * f);                     // its output
+    keep(2 * t * f);                     // the GeLU: 0.5 x, bf16
+    keep(4 * t * f);                     // x^3, fp32
     pass(4 * t * f);
     pass(4 * t * f);
     pass(4 * t * f);
     keep(4 * t * f);  // tanh's input and output, fp32
     keep(4 * t * f);
     pass(4 * t * f);
-    cast(2 * f * h + bias * h);  // c_proj's weight cast
-    keep(2 * t * f);             // its input cast
-    pass(2 * t * h);             // its output
-    keep(t * h);                 // MLP dropout mask
-    pass(2 * t * h);             // the dropped output
-    keep(4 * t * h);             // residual, fp32
+    cast(2 * f * h + bias * h);          // c_proj's weight cast
+    input(2 * t * f, weight_kind::ffn);  // its input cast
+    pass(2 * t * h);                     // its output
+    keep(t * h);                         // MLP dropout mask
+    pass(2 * t * h);                     // the dropped output
+    keep(4 * t * h);                     // residual, fp32
   } else {
     // Llama family: RMSNorm (its fp32 output and rstd kept), separate Q,
     // K and V projections each casting the fp32 norm output, rotary
     // embedding in fp32, SwiGLU.
     const std::uint64_t qkv_bias = m.qkv_bias ? 2 : 0;
-    pass(4 * t * h);                   // the input norm's square
-    keep(4 * t);                       // its rstd
-    keep(4 * t * h);                   // its output, fp32
-    cast(2 * h * h + qkv_bias * h);    // Q projection's weight cast
-    keep(2 * t * h);                   // its input cast
-    pass(2 * t * h);                   // Q
-    cast(2 * h * kv + qkv_bias * kv);  // K projection's weight cast
-    keep(2 * t * h);                   // its input cast
-    pass(2 * t * kv);                  // K
-    cast(2 * h * kv + qkv_bias * kv);  // V projection's weight cast
-    keep(2 * t * h);                   // its input cast
-    pass(2 * t * kv);                  // V
-    pass(4 * t * h);                   // Q after rotary, fp32
-    pass(4 * t * h);                   // rotate_half(Q) x sin
-    pass(4 * t * kv);                  // K after rotary, fp32
+    pass(4 * t * h);                           // the input norm's square
+    keep(4 * t);                               // its rstd
+    input(4 * t * h, weight_kind::norm);       // its output, fp32
+    cast(2 * h * h + qkv_bias * h);            // Q projection's weight cast
+    input(2 * t * h, weight_kind::attention);  // its input cast
+    pass(2 * t * h);                           // Q
+    cast(2 * h * kv + qkv_bias * kv);          // K projection's weight cast
+    input(2 * t * h, weight_kind::attention);  // its input cast
+    pass(2 * t * kv);                          // K
+    cast(2 * h * kv + qkv_bias * kv);          // V projection's weight cast
+    input(2 * t * h, weight_kind::attention);  // its input cast
+    pass(2 * t * kv);                          // V
+    pass(4 * t * h);                           // Q after rotary, fp32
+    pass(4 * t * h);                           // rotate_half(Q) x sin
+    pass(4 * t * kv);                          // K after rotary, fp32
     if (cache) {
       cached(4 * t * kv);  // the cache's K
       cached(4 * t * kv);  // and V
@@ -105,23 +108,23 @@ std::vector<layer_op> amp_layer_ops(const plan_setup& s) {
     keep(2 * t * kv);  // K
     keep(2 * t * kv);  // V
     attention();
-    cast(2 * h * h);  // o projection's weight cast
-    pass(2 * t * h);  // its output
-    keep(4 * t * h);  // residual, fp32
-    pass(4 * t * h);  // the post-attention norm's square
-    keep(4 * t);      // its rstd
-    keep(4 * t * h);  // its output, fp32
-    cast(2 * h * f);  // gate's weight cast
-    keep(2 * t * h);  // its input cast
-    keep(2 * t * f);  // gate
-    keep(2 * t * f);  // SiLU
-    cast(2 * h * f);  // up's weight cast
-    keep(2 * t * h);  // its input cast
-    keep(2 * t * f);  // up
-    keep(2 * t * f);  // their product
-    cast(2 * f * h);  // down's weight cast
-    pass(2 * t * h);  // its output
-    keep(4 * t * h);  // residual, fp32
+    cast(2 * h * h);                      // o projection's weight cast
+    pass(2 * t * h);                      // its output
+    keep(4 * t * h);                      // residual, fp32
+    pass(4 * t * h);                      // the post-attention norm's square
+    keep(4 * t);                          // its rstd
+    input(4 * t * h, weight_kind::norm);  // its output, fp32
+    cast(2 * h * f);                      // gate's weight cast
+    input(2 * t * h, weight_kind::ffn);   // its input cast
+    keep(2 * t * f);                      // gate
+    keep(2 * t * f);                      // SiLU
+    cast(2 * h * f);                      // up's weight cast
+    input(2 * t * h, weight_kind::ffn);   // its input cast
+    keep(2 * t * f);                      // up
+    input(2 * t * f, weight_kind::ffn);   // their product, down's input
+    cast(2 * f * h);                      // down's weight cast
+    pass(2 * t * h);                      // its output
+    keep(4 * t * h);                      // residual, fp32
   }
   if (s.lora_rank > 0) {
     const std::uint64_t adapters = 4 + (s.lora_mlp ? (m.gated_ffn ? 3 : 2) : 0);
@@ -156,6 +159,9 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
   const auto keep = [&](std::uint64_t bytes) { out.push_back({bytes, true}); };
   const auto pass = [&](std::uint64_t bytes) { out.push_back({bytes, false}); };
   const auto cached = [&](std::uint64_t bytes) { out.push_back({bytes, true, false, true}); };
+  const auto input = [&](std::uint64_t bytes, weight_kind w) {
+    out.push_back({bytes, true, false, false, w});
+  };
   const auto attention = [&] {
     if (s.flash_attention) {
       keep(e * t * h);        // output, the o projection's input
@@ -171,75 +177,75 @@ std::vector<layer_op> plain_layer_ops(const plan_setup& s) {
     }
   };
   // transformers' RMSNorm: x in fp32, x * rstd, the weight's multiply.
-  const auto rms_norm = [&] {
+  const auto rms_norm = [&](weight_kind consumers) {
     if (e == 2) {
-      keep(4 * t * h);  // x's fp32 copy, kept for x * rstd
-      pass(4 * t * h);  // its square
-      keep(4 * t);      // rstd
-      pass(4 * t * h);  // x * rstd
-      keep(2 * t * h);  // cast back, kept for the weight's multiply
+      keep(4 * t * h);                      // x's fp32 copy, kept for x * rstd
+      pass(4 * t * h);                      // its square
+      keep(4 * t);                          // rstd
+      pass(4 * t * h);                      // x * rstd
+      input(2 * t * h, weight_kind::norm);  // cast back, kept for the weight's multiply
     } else {
-      pass(4 * t * h);  // the square
-      keep(4 * t);      // rstd
-      keep(4 * t * h);  // x * rstd, kept for the weight's multiply
+      pass(4 * t * h);                      // the square
+      keep(4 * t);                          // rstd
+      input(4 * t * h, weight_kind::norm);  // x * rstd, kept for the weight's multiply
     }
-    keep(e * t * h);  // the output
+    input(e * t * h, consumers);  // the output, the next linears' input
   };
   if (!m.gated_ffn) {
-    keep(e * t * h);             // ln_1's output, c_attn's input
-    keep(8 * t);                 // its mean and rstd
-    keep(e * t * (h + 2 * kv));  // Q, K, V
+    input(e * t * h, weight_kind::attention);  // ln_1's output, c_attn's input
+    keep(8 * t);                               // its mean and rstd
+    keep(e * t * (h + 2 * kv));                // Q, K, V
     if (cache) {
       cached(e * t * kv);  // the cache's K
       cached(e * t * kv);  // and V
     }
     attention();
-    pass(e * t * h);  // c_proj's output
-    keep(t * h);      // dropout mask
-    pass(e * t * h);  // the dropped output
-    keep(e * t * h);  // residual
-    keep(e * t * h);  // ln_2's output, c_fc's input
-    keep(8 * t);      // its mean and rstd
-    keep(e * t * f);  // c_fc's output, the GeLU's x
-    pass(e * t * f);  // x^3
-    pass(e * t * f);  // 0.044715 x^3
-    pass(e * t * f);  // x + 0.044715 x^3
-    pass(e * t * f);  // tanh's input
-    keep(e * t * f);  // tanh's output
-    keep(e * t * f);  // 1 + tanh
-    keep(e * t * f);  // 0.5 x
-    keep(e * t * f);  // the GeLU's output, c_proj's input
-    pass(e * t * h);  // c_proj's output
-    keep(t * h);      // dropout mask
-    pass(e * t * h);  // the dropped output
-    keep(e * t * h);  // residual
+    pass(e * t * h);                     // c_proj's output
+    keep(t * h);                         // dropout mask
+    pass(e * t * h);                     // the dropped output
+    keep(e * t * h);                     // residual
+    input(e * t * h, weight_kind::ffn);  // ln_2's output, c_fc's input
+    keep(8 * t);                         // its mean and rstd
+    keep(e * t * f);                     // c_fc's output, the GeLU's x
+    pass(e * t * f);                     // x^3
+    pass(e * t * f);                     // 0.044715 x^3
+    pass(e * t * f);                     // x + 0.044715 x^3
+    pass(e * t * f);                     // tanh's input
+    keep(e * t * f);                     // tanh's output
+    keep(e * t * f);                     // 1 + tanh
+    keep(e * t * f);                     // 0.5 x
+    input(e * t * f, weight_kind::ffn);  // the GeLU's output, c_proj's input
+    pass(e * t * h);                     // c_proj's output
+    keep(t * h);                         // dropout mask
+    pass(e * t * h);                     // the dropped output
+    keep(e * t * h);                     // residual
   } else {
-    rms_norm();        // the input norm: the Q, K and V projections' input
-    pass(e * t * h);   // Q
-    pass(e * t * h);   // Q cos
-    pass(e * t * h);   // rotate_half(Q)
-    pass(e * t * h);   // rotate_half(Q) sin
-    keep(e * t * h);   // Q after rotary
-    pass(e * t * kv);  // K
-    pass(e * t * kv);  // K cos
-    pass(e * t * kv);  // rotate_half(K)
-    pass(e * t * kv);  // rotate_half(K) sin
-    keep(e * t * kv);  // K after rotary
-    keep(e * t * kv);  // V
+    rms_norm(weight_kind::attention);  // the input norm: the Q, K and V projections' input
+    pass(e * t * h);                   // Q
+    pass(e * t * h);                   // Q cos
+    pass(e * t * h);                   // rotate_half(Q)
+    pass(e * t * h);                   // rotate_half(Q) sin
+    keep(e * t * h);                   // Q after rotary
+    pass(e * t * kv);                  // K
+    pass(e * t * kv);                  // K cos
+    pass(e * t * kv);                  // rotate_half(K)
+    pass(e * t * kv);                  // rotate_half(K) sin
+    keep(e * t * kv);                  // K after rotary
+    keep(e * t * kv);                  // V
     if (cache) {
       cached(e * t * kv);  // the cache's K
       cached(e * t * kv);  // and V
     }
     attention();
-    pass(e * t * h);  // o projection's output
-    keep(e * t * h);  // residual
-    rms_norm();       // the post-attention norm: gate's and up's input
-    keep(e * t * f);  // gate
-    keep(e * t * f);  // SiLU
-    keep(e * t * f);  // up
-    keep(e * t * f);  // their product, down's input
-    pass(e * t * h);  // down's output
-    keep(e * t * h);  // residual
+    pass(e * t * h);                     // o projection's output
+    keep(e * t * h);                     // residual
+    rms_norm(weight_kind::ffn);          // the post-attention norm: gate's and up's input
+    keep(e * t * f);                     // gate
+    keep(e * t * f);                     // SiLU
+    keep(e * t * f);                     // up
+    input(e * t * f, weight_kind::ffn);  // their product, down's input
+    pass(e * t * h);                     // down's output
+    keep(e * t * h);                     // residual
   }
   if (s.lora_rank > 0) {
     const std::uint64_t adapters = 4 + (s.lora_mlp ? (m.gated_ffn ? 3 : 2) : 0);
@@ -259,7 +265,17 @@ std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s) {
 }
 
 std::vector<layer_op> layer_forward_ops(const plan_setup& s) {
-  return s.dtype == precision::amp ? amp_layer_ops(s) : plain_layer_ops(s);
+  std::vector<layer_op> ops = s.dtype == precision::amp ? amp_layer_ops(s) : plain_layer_ops(s);
+  if (s.lora_rank == 0) return ops;
+  // LoRA freezes the base: autograd keeps an input only for a gradient it
+  // computes, so a tensor kept for a weight's gradient stays only where an
+  // adapter takes it (the attention's linears; the FFN's with --lora-mlp).
+  for (layer_op& op : ops) {
+    const bool adapted = op.for_weight == weight_kind::attention ||
+                         (op.for_weight == weight_kind::ffn && s.lora_mlp);
+    if (op.for_weight != weight_kind::none && !adapted) op.kept = false;
+  }
+  return ops;
 }
 
 std::uint64_t layer_activation_bytes(const plan_setup& s) {

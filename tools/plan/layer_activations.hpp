@@ -36,14 +36,22 @@ std::vector<std::uint64_t> layer_activation_tensors(const plan_setup& s);
 /// A tensor a layer's forward makes: kept for backward, or passing (freed
 /// once the next tensor is made); `weight_cast` marks a weight's bf16 cast
 /// under amp, which autocast's cache holds until autocast exits even where
-/// nothing is kept (a checkpointed forward); `cached` marks a copy of K or
+/// nothing is kept (a checkpointed forward), if the weight requires grad
+/// (not LoRA's frozen base); `cached` marks a copy of K or
 /// V in transformers' key/value cache, which the model's output holds as
 /// long as a training loop keeps that output (kept too).
+/// `for_weight` marks a tensor autograd keeps only for a weight's gradient
+/// (a linear's input, a norm's normalized input): with LoRA's frozen base
+/// it is kept only where an adapter takes it (layer_forward_ops makes it
+/// passing elsewhere), as autograd saves an input only for a gradient it
+/// computes.
+enum class weight_kind : std::uint8_t { none, attention, ffn, norm };
 struct layer_op {
   std::uint64_t bytes;
   bool kept;
   bool weight_cast = false;
   bool cached = false;
+  weight_kind for_weight = weight_kind::none;
 };
 /// The layer's forward tensors in order, those kept and those passing, as
 /// PyTorch makes them.

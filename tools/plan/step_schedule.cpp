@@ -193,7 +193,7 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   // 96 MiB blocks the snapshot's forward leaves free, which PyTorch's
   // allocator then places the first step's gradients in. Autocast's
   // cache holds the weights' casts until the loss is made and autocast
-  // exits.
+  // exits (the casts of weights that require grad: not LoRA's frozen base).
   std::vector<std::uint32_t> casts;
   std::vector<std::uint32_t> cache;
   for (std::uint64_t l = 0; l < layers; ++l) {
@@ -209,6 +209,9 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
           } else if (!s.checkpointing) {
             ids.push_back(id);
           } else if (op.weight_cast) {
+            // Autocast caches the casts of weights that require grad; a
+            // frozen one's (LoRA's base) is made for its matmul and goes.
+            if (s.lora_rank > 0) return false;
             casts.push_back(id);
           } else {
             held_in_layer.push_back(id);  // a local of the layer's forward
