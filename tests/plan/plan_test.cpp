@@ -800,7 +800,9 @@ TEST(PlanSchedule, CublasWorkspacesAndTheEmbeddingsOutput) {
     if (size[id] == 32ULL << 20 && !freed[id]) ++workspaces;
     if (size[id] == embedding_bytes && made_in[id] == "forward, embedding") {
       ++embeddings;
-      if (freed[id]) EXPECT_EQ(freed_in[id], "backward, layer 0");
+      if (freed[id]) {
+        EXPECT_EQ(freed_in[id], "backward, layer 0");
+      }
     }
   }
   EXPECT_EQ(workspaces, 2);

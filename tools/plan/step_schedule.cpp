@@ -505,7 +505,8 @@ step_schedule plain_pytorch_steps(const plan_setup& s) {
   }
   for (const std::uint64_t n : outer_param_tensors(s.model)) b.alloc(category::parameters, n * w);
   const layer_plan p = plan_layer(s);
-  loop_state loop{.hold = true};
+  loop_state loop;
+  loop.hold = true;
   for (int step = 0; step < plain_pytorch_step_count; ++step) {
     std::vector<std::uint32_t> grads;
     micro_batches(b, s, p, grads, loop);
