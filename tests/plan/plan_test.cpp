@@ -32,6 +32,16 @@ plan_setup preset(const char* name) {
   return s;
 }
 
+// `name` under amp at `micro` x `seq` tokens on one GPU: the schedule
+// tests' setup.
+plan_setup amp_setup(const char* name, std::uint64_t micro, std::uint64_t seq) {
+  plan_setup s = preset(name);
+  s.dtype = precision::amp;
+  s.micro_batch = micro;
+  s.seq = seq;
+  return s;
+}
+
 double billions(const char* name) {
   return static_cast<double>(total_params(preset(name).model)) / 1e9;
 }
@@ -118,10 +128,7 @@ TEST(PlanActivations, AGpt2LayerIsTheStandardCountPlusTransformersUnfusedGeluAnd
 // stays, and the norms' outputs still go.
 TEST(PlanActivations, LoraKeepsNoInputAFrozenWeightAloneNeeds) {
   for (const char* name : {"gpt2", "qwen2.5-0.5b"}) {
-    plan_setup s = preset(name);
-    s.dtype = precision::amp;
-    s.micro_batch = 2;
-    s.seq = 512;
+    plan_setup s = amp_setup(name, 2, 512);
     const double full = static_cast<double>(layer_activation_bytes(s));
     s.lora_rank = 16;
     const double adapters = 2.0 * 2 * 512 * 16 * 4;  // four rank-16 bf16 activations
@@ -573,10 +580,8 @@ TEST(PlanCalibration, PyTorchFiguresMatchTheH100Runs) {
 // beside the bf16 logits.
 TEST(PlanSchedule, TheLossKeepsTheSameTensorsWithBf16WeightsAsUnderAmp) {
   for (const precision d : {precision::amp, precision::bf16_mixed}) {
-    plan_setup s = preset("gpt2");
+    plan_setup s = amp_setup("gpt2", 2, 256);
     s.dtype = d;
-    s.micro_batch = 2;
-    s.seq = 256;
     if (d == precision::bf16_mixed) {
       s.gpus = 2;
       s.zero = 2;
@@ -641,10 +646,7 @@ TEST(PlanSearch, SetupsThatDoNotFitAreNotTimedInASearch) {
 // layer parameter more than LoRA.
 TEST(PlanSchedule, ACheckpointedForwardHoldsOnlyTrainableWeightsCasts) {
   const auto live_at_first_loss = [](std::uint64_t lora_rank) {
-    plan_setup s = preset("gpt2");
-    s.dtype = precision::amp;
-    s.micro_batch = 2;
-    s.seq = 256;
+    plan_setup s = amp_setup("gpt2", 2, 256);
     s.checkpointing = true;
     s.lora_rank = lora_rank;
     const step_schedule sched = make_step_schedule(s);
@@ -684,10 +686,7 @@ TEST(PlanCalibration, ExpandableSegmentsSettleInTheThirdStep) {
 // and are freed in the second step's loss, once that step's logits and
 // fp32 copy are made and the copy freed.
 TEST(PlanSchedule, TheLoopHoldsEachStepsLogitsIntoTheNextLoss) {
-  plan_setup s = preset("gpt2");
-  s.dtype = precision::amp;
-  s.micro_batch = 2;
-  s.seq = 256;
+  plan_setup s = amp_setup("gpt2", 2, 256);
   const step_schedule sched = make_step_schedule(s);
   const std::uint64_t logits_bytes = 2 * s.micro_batch * s.seq * s.model.vocab;
   const std::uint64_t fp32_bytes = 2 * logits_bytes;
@@ -727,10 +726,7 @@ TEST(PlanSchedule, TheLoopHoldsEachStepsLogitsIntoTheNextLoss) {
 // checkpointing transformers makes no cache.
 TEST(PlanSchedule, TheLoopHoldsEachStepsCacheWithItsLogits) {
   for (const bool checkpointing : {false, true}) {
-    plan_setup s = preset("gpt2");
-    s.dtype = precision::amp;
-    s.micro_batch = 2;
-    s.seq = 256;
+    plan_setup s = amp_setup("gpt2", 2, 256);
     s.checkpointing = checkpointing;
     const step_schedule sched = make_step_schedule(s);
     const std::uint64_t logits_bytes = 2 * s.micro_batch * s.seq * s.model.vocab;
@@ -772,10 +768,7 @@ TEST(PlanSchedule, TheLoopHoldsEachStepsCacheWithItsLogits) {
 // freed, and the embedding's output kept from the forward's start to the
 // end of backward.
 TEST(PlanSchedule, CublasWorkspacesAndTheEmbeddingsOutput) {
-  plan_setup s = preset("qwen2.5-0.5b");
-  s.dtype = precision::amp;
-  s.micro_batch = 1;
-  s.seq = 512;
+  plan_setup s = amp_setup("qwen2.5-0.5b", 1, 512);
   const step_schedule sched = make_step_schedule(s);
   std::vector<std::uint64_t> size(sched.tensors, 0);
   std::vector<bool> freed(sched.tensors, false);

@@ -169,6 +169,31 @@ void embed(builder& b, const plan_setup& s, const layer_plan& p, std::vector<std
   b.free(sum);
 }
 
+// transformers' loss over bf16 logits (amp's, and bf16 weights'; the
+// H100 snapshots): the logits (`tv` elements), their fp32 copy for the
+// loss, and cross-entropy's fp32 log-softmax, kept for backward (added to
+// `head`); the copy goes once it is made. Returns the logits.
+std::uint32_t bf16_logits_loss(builder& b, std::uint64_t tv, std::vector<std::uint32_t>& head) {
+  const std::uint32_t logits = b.alloc(category::activations, 2 * tv);
+  const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
+  head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
+  b.free(upcast);
+  return logits;
+}
+
+// Its backward: the loss's gradient (fp32) and the log-softmax's, while
+// `log_softmax` is still held; then the logits' in bf16, which the head's
+// matmul takes. Returns that gradient.
+std::uint32_t bf16_logits_gradient(builder& b, std::uint64_t tv, std::uint32_t log_softmax) {
+  const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
+  const std::uint32_t dsoftmax = b.alloc(category::activations, 4 * tv);
+  b.free(dloss);
+  b.free(log_softmax);
+  const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
+  b.free(dsoftmax);
+  return dlogits;
+}
+
 void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t micro,
              std::vector<std::uint32_t>& embedding, std::vector<std::vector<std::uint32_t>>& saved,
              std::uint32_t& logits, std::vector<std::uint32_t>& head, loop_state& loop) {
@@ -239,18 +264,13 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
   if (p.outer_gathered > 0) outer = b.alloc(category::collective_buffers, p.outer_gathered);
   const std::uint64_t tv = tokens * s.model.vocab;
   if (s.dtype == precision::amp) {
-    // transformers' loss under autocast (the H100 snapshots): the final
-    // norm, the head's input and (tied or not) weight cast to bf16, bf16
-    // logits, their fp32 copy for the loss, and cross-entropy's fp32
-    // log-softmax, kept for backward; the copy goes once it is made.
+    // Under autocast (the H100 snapshots): the final norm, the head's
+    // input and (tied or not) weight cast to bf16, then the loss.
     const std::uint64_t th = tokens * s.model.hidden;
     head.push_back(b.alloc(category::activations, 4 * th + 8 * tokens));  // final norm
     head.push_back(b.alloc(category::activations, 2 * th));               // the head's input cast
     head.push_back(b.alloc(category::activations, 2 * s.model.vocab * s.model.hidden));
-    logits = b.alloc(category::activations, 2 * tv);
-    const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
-    head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
-    b.free(upcast);
+    logits = bf16_logits_loss(b, tv, head);
   } else if (s.dtype == precision::fp32) {
     // Plain fp32: the final norm (its output the head's input), the
     // logits (the loss's .float() makes no copy), cross-entropy's
@@ -260,16 +280,11 @@ void forward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_t
     logits = b.alloc(category::activations, 4 * tv);
     head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
   } else {
-    // bf16 weights, no autocast: the loss as under amp without the casts.
-    // The final norm (its bf16 output the head's input), bf16 logits, their
-    // fp32 copy for the loss, and cross-entropy's fp32 log-softmax, kept
-    // for backward; the copy goes once it is made.
+    // bf16 weights, no autocast: as under amp without the casts, the
+    // final norm's bf16 output being the head's input.
     const std::uint64_t th = tokens * s.model.hidden;
     head.push_back(b.alloc(category::activations, 2 * th + 8 * tokens));  // final norm
-    logits = b.alloc(category::activations, 2 * tv);
-    const std::uint32_t upcast = b.alloc(category::activations, 4 * tv);
-    head.push_back(b.alloc(category::activations, 4 * tv));  // log-softmax
-    b.free(upcast);
+    logits = bf16_logits_loss(b, tv, head);
   }
   // `out` now takes this micro-batch's outputs, dropping the previous
   // ones; autocast exits.
@@ -355,14 +370,7 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
   const std::uint64_t tv = tokens * s.model.vocab;
   std::uint32_t dhidden = 0;
   if (s.dtype == precision::amp) {
-    // The loss's gradient (fp32), the log-softmax's, then the logits' in
-    // bf16 for the head; the forward's tensors go as their backward ends.
-    const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
-    const std::uint32_t dsoftmax = b.alloc(category::activations, 4 * tv);
-    b.free(dloss);
-    b.free(head.back());  // the log-softmax
-    const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
-    b.free(dsoftmax);
+    const std::uint32_t dlogits = bf16_logits_gradient(b, tv, head.back());
     // The head's matmul: the gradients of its bf16 weight cast and of its
     // bf16 input; the logits' gradient goes; the input's flows back to
     // fp32 through its cast; then the weight's fp32 gradient (and the rest
@@ -397,15 +405,8 @@ void backward(builder& b, const plan_setup& s, const layer_plan& p, std::uint64_
     release_logits(b, loop, logits);
     for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
-    // bf16: the loss's and the log-softmax's gradients (fp32), then the
-    // logits' in bf16 for the head's matmul, which makes the hidden
-    // state's.
-    const std::uint32_t dloss = b.alloc(category::activations, 4 * tv);
-    const std::uint32_t dsoftmax = b.alloc(category::activations, 4 * tv);
-    b.free(dloss);
-    b.free(head.back());  // the log-softmax
-    const std::uint32_t dlogits = b.alloc(category::activations, 2 * tv);
-    b.free(dsoftmax);
+    // bf16: the head's matmul makes the hidden state's gradient.
+    const std::uint32_t dlogits = bf16_logits_gradient(b, tv, head.back());
     make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
     b.free(dlogits);
