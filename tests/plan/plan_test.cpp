@@ -670,6 +670,25 @@ TEST(PlanSchedule, ACheckpointedForwardHoldsOnlyTrainableWeightsCasts) {
   EXPECT_NEAR(more, casts, 0.02 * casts);
 }
 
+// The plan's device has a GPU's 2 MiB pages up to 128 GiB and larger ones
+// above (at most 65536 pages: the allocator's bookkeeping is per page):
+// 16 MiB at 1 TiB, whose coarser rounding adds under 2% to a step's peak.
+TEST(PlanSchedule, AGpuOver128GibIsPlannedInLargerPages) {
+  plan_setup s = amp_setup("gpt2", 8, 1024);
+  s.context_memory = 2ULL << 20;  // usable: the GPU less one 2 MiB page
+  const step_schedule sched = make_step_schedule(s);
+  auto small = run_step(s, sched);
+  ASSERT_TRUE(small.ok()) << small.error().to_string();
+  EXPECT_EQ(small->usable, s.gpu_memory - (2ULL << 20));
+  s.gpu_memory = 1ULL << 40;
+  auto large = run_step(s, sched);
+  ASSERT_TRUE(large.ok()) << large.error().to_string();
+  EXPECT_EQ(large->usable, s.gpu_memory - (16ULL << 20)) << "rounded down to a 16 MiB page";
+  EXPECT_GE(large->peak_reserved, small->peak_reserved);
+  EXPECT_LE(static_cast<double>(large->peak_reserved),
+            1.02 * static_cast<double>(small->peak_reserved));
+}
+
 // PyTorch's layout settles in the third step: Qwen2.5-0.5B's expandable
 // segments grow there by 2.3 GiB (its H100 snapshot through the model),
 // which a plan of two steps missed (37.41 GiB, 6.6% under the 40.07

@@ -1,6 +1,7 @@
 // Runs a step schedule through Strata's caching allocator on a sim device
 // of the GPU's usable size (timing only, `data=none`, unless `data` says
-// `host`), and measures what the allocator held.
+// `host`; 2 MiB pages, larger on a GPU over 128 GiB: at most 65536), and
+// measures what the allocator held.
 //
 // Thread safety: each call makes its own allocator; calls may run
 // concurrently.

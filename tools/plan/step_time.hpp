@@ -34,7 +34,9 @@ struct step_time {
 };
 
 /// `parameter_room`: the device bytes the rest of the step leaves ZeRO-3's
-/// parameters (run_step_ranks). Errors: run_step_ranks'.
+/// parameters (run_step_ranks). A step of more than 12 micro-batches is run
+/// with 12 and 11, each further one adding the difference (they repeat), so
+/// the cost is bounded. Errors: run_step_ranks'.
 result<step_time> simulate_step_time(const plan_setup& s,
                                      std::uint64_t parameter_room = ~std::uint64_t{0});
 
