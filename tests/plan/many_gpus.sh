@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# strata plan at the largest counts it takes (4096 GPUs of 1 TiB): a few
-# simulated ranks stand for the job, so it finishes and holds at most 2 GiB
+# strata plan at the largest counts it takes (4096 GPUs of 1 TiB): one
+# simulated rank stands for the job, so it finishes and holds at most 2 GiB
 # (the bound is checked only in an unsanitized build, where RSS means it).
 # Under the sanitizers the two plans on 1 TiB GPUs are left out: they are
-# the same code as the other two over a larger device (4 s each here, 40 s
-# and more under ASan), and what they check, the bound, is not checked there.
+# the same code as the other two over a larger device, and what they
+# check, the bound, is not checked there.
 # Usage: many_gpus.sh STRATA_BINARY SANITIZED(ON|OFF)
 set -u
 strata=$1

@@ -628,15 +628,61 @@ TEST(PlanSearch, SetupsThatDoNotFitAreNotTimedInASearch) {
   ASSERT_TRUE(asked.ok()) << asked.error().to_string();
   EXPECT_FALSE(asked->memory.fits);
   EXPECT_GT(asked->time.total(), 0);
-  auto probed = make_plan(s, timing::when_fits);
+  auto probed = make_plan(s, timing::whole_if_fits);
   ASSERT_TRUE(probed.ok());
   EXPECT_FALSE(probed->memory.fits);
   EXPECT_EQ(probed->time.total(), 0);
   s.micro_batch = 1;
-  auto fitting = make_plan(s, timing::when_fits);
+  auto fitting = make_plan(s, timing::whole_if_fits);
   ASSERT_TRUE(fitting.ok());
   EXPECT_TRUE(fitting->memory.fits);
   EXPECT_GT(fitting->time.total(), 0);
+  auto memory_only = make_plan(s, timing::never);
+  ASSERT_TRUE(memory_only.ok());
+  EXPECT_TRUE(memory_only->memory.fits);
+  EXPECT_EQ(memory_only->time.total(), 0);
+}
+
+// A change a search tries is timed as one whole step, not as the five runs
+// that split it into parts (a 70B job on 4096 GPUs at 65536 accumulation
+// steps took 10 minutes to search, its changes with parameters in host
+// memory most of it): the total is the same as the parts', over 12
+// micro-batches and past them. `--search` times the micro-batch it picks
+// with its parts.
+TEST(PlanSearch, AChangeIsTimedAsOneWholeStep) {
+  plan_setup s = preset("qwen2.5-1.5b");
+  s.gpus = 4;
+  s.zero = 3;
+  s.params = offload_to::host;
+  s.optimizer = offload_to::host;
+  s.checkpointing = true;
+  s.micro_batch = 1;
+  s.seq = 512;
+  for (const std::uint64_t accumulation : {2, 14}) {
+    s.grad_accum = accumulation;
+    auto parts = make_plan(s);
+    auto whole = make_plan(s, timing::whole_if_fits);
+    ASSERT_TRUE(parts.ok()) << parts.error().to_string();
+    ASSERT_TRUE(whole.ok()) << whole.error().to_string();
+    ASSERT_TRUE(whole->memory.fits);
+    EXPECT_TRUE(parts->time.parts_known);
+    EXPECT_FALSE(whole->time.parts_known);
+    EXPECT_GT(parts->time.exposed_transfers, 0.0);
+    EXPECT_EQ(whole->time.compute + whole->time.exposed_collectives +
+                  whole->time.exposed_transfers + whole->time.collectives + whole->time.transfers,
+              0.0);
+    EXPECT_NEAR(whole->time.total(), parts->time.total(), 1e-9 * parts->time.total())
+        << accumulation << " micro-batches";
+    EXPECT_EQ(whole->time.params.gathers, parts->time.params.gathers);
+  }
+  s.grad_accum = 1;
+  s.gpu_memory = 16ULL << 30;
+  auto found = largest_batch(s);
+  ASSERT_TRUE(found.ok()) << found.error().to_string();
+  ASSERT_GT(found->micro_batch, 0U);
+  EXPECT_TRUE(found->plan.time.parts_known);
+  EXPECT_GT(found->plan.time.compute, 0.0);
+  EXPECT_EQ(found->plan.setup.micro_batch, found->micro_batch);
 }
 
 // Autocast caches the bf16 casts of weights that require grad (ATen's

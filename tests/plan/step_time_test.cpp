@@ -293,9 +293,9 @@ TEST(PlanStepTime, UpdatedShardsGoBackToNvmeWhenTheDeviceHasNoRoomForThem) {
   EXPECT_GE(t->transfers, (read + 2 * written) / rank_nvme) << "reads, writes and read-backs";
 }
 
-// Past default_simulated_ranks, a few ranks stand for the job, their
+// Past default_simulated_ranks (one), a few ranks stand for the job, their
 // groups modeled at full size: the step takes the same time as with every
-// rank simulated.
+// rank simulated, and as with four.
 TEST(PlanStepTime, AFewSimulatedRanksStandForTheJob) {
   plan_setup zero3 = small_job(16);
   zero3.zero = 3;
@@ -306,14 +306,17 @@ TEST(PlanStepTime, AFewSimulatedRanksStandForTheJob) {
   plan_setup ddp = small_job(12);
   ddp.zero = 0;
   for (const plan_setup& s : {zero3, hybrid, ddp}) {
-    auto few = run_step_ranks(s, {});
     auto all = run_step_ranks(s, {}, ~std::uint64_t{0}, s.gpus);
-    ASSERT_TRUE(few.ok()) << few.error().to_string();
     ASSERT_TRUE(all.ok()) << all.error().to_string();
-    EXPECT_GT(few->seconds, 0.0);
-    EXPECT_NEAR(few->seconds, all->seconds, 1e-9 * all->seconds) << s.gpus << " GPUs";
-    EXPECT_EQ(few->params.gathers, all->params.gathers);
-    EXPECT_EQ(few->conf, all->conf);
+    for (const std::size_t simulated : {default_simulated_ranks, std::size_t{4}}) {
+      auto few = run_step_ranks(s, {}, ~std::uint64_t{0}, simulated);
+      ASSERT_TRUE(few.ok()) << few.error().to_string();
+      EXPECT_GT(few->seconds, 0.0);
+      EXPECT_NEAR(few->seconds, all->seconds, 1e-9 * all->seconds)
+          << s.gpus << " GPUs, " << simulated << " simulated";
+      EXPECT_EQ(few->params.gathers, all->params.gathers);
+      EXPECT_EQ(few->conf, all->conf);
+    }
   }
 }
 

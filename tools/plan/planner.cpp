@@ -83,8 +83,9 @@ result<plan_result> make_plan(const plan_setup& s, timing t) {
       std::min(p.memory.peak_reserved,
                p.memory.by_category[static_cast<std::size_t>(category::parameters)] +
                    p.memory.by_category[static_cast<std::size_t>(category::collective_buffers)]);
-  if (p.memory.fits || t == timing::always) {
-    auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest));
+  if (t == timing::always || (t == timing::whole_if_fits && p.memory.fits)) {
+    auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest),
+                                   t == timing::always ? step_parts::all : step_parts::whole);
     if (!time) return time.error();
     p.time = *time;
   }
@@ -117,7 +118,7 @@ result<std::vector<fix>> find_fixes(const plan_setup& s) {
           text += (text.empty() ? "" : " + ") + describe(all[i], t);
         }
         if (!check_setup(t).ok()) return {};
-        auto p = make_plan(t, timing::when_fits);
+        auto p = make_plan(t, timing::whole_if_fits);
         if (!p) return p.error();
         if (p->memory.fits) found.push_back({text, std::move(*p)});
         return {};
@@ -143,11 +144,11 @@ result<search_result> largest_batch(const plan_setup& s) {
   std::uint64_t b = 1;
   while (hi == 0 || hi - lo > 1) {
     t.micro_batch = b;
-    auto p = make_plan(t, timing::when_fits);
+    auto p = make_plan(t, timing::never);
     if (!p) return p.error();
     if (p->memory.fits) {
       lo = b;
-      best = {b, std::move(*p)};
+      best.micro_batch = b;
     } else {
       hi = b;
     }
@@ -158,6 +159,11 @@ result<search_result> largest_batch(const plan_setup& s) {
       b = lo + (hi - lo) / 2;
     }
   }
+  if (best.micro_batch == 0) return best;
+  t.micro_batch = best.micro_batch;
+  auto p = make_plan(t);
+  if (!p) return p.error();
+  best.plan = std::move(*p);
   return best;
 }
 

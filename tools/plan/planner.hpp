@@ -27,15 +27,18 @@ struct plan_result {
   pytorch_reserve pytorch;       ///< PyTorch's allocators' peak reserved, same schedule
 };
 
-/// What a plan times.
+/// What a plan times (each timed run of a step is a simulation of every
+/// part of it, so a search times as little as it can).
 enum class timing : std::uint8_t {
-  always,     ///< the step, whether it fits or not (what a user asked for)
-  when_fits,  ///< only a setup that fits (a search, which drops the rest)
+  always,         ///< the step and its parts, fit or not (what a user asked for)
+  whole_if_fits,  ///< only a setup that fits, and only its whole step (a fix)
+  never,          ///< memory only (a batch search, which then times its pick)
 };
-/// One setup. Errors: check_setup's; the device's. With timing::when_fits
-/// a setup that does not fit leaves `time` empty: its step is not run
-/// (with parameters offloaded, a step with no room to cache their shards
-/// takes 15-20 s to model).
+/// One setup. Errors: check_setup's; the device's. With
+/// timing::whole_if_fits a setup that does not fit leaves `time` empty (with
+/// parameters offloaded, a step with no room to cache their shards takes
+/// 15-20 s to model), and one that fits has only its total
+/// (step_time::parts_known is false); timing::never leaves `time` empty.
 result<plan_result> make_plan(const plan_setup& s, timing t = timing::always);
 
 /// A change to the setup that makes it fit, with its plan.
@@ -44,10 +47,12 @@ struct fix {
   plan_result plan;
 };
 /// The changes (one, else two, else three together) that make `s` fit,
-/// fastest step first; empty when none does. Errors: as make_plan.
+/// fastest step first (each timed as timing::whole_if_fits); empty when
+/// none does. Errors: as make_plan.
 result<std::vector<fix>> find_fixes(const plan_setup& s);
 
-/// The largest micro-batch that fits (0: not even 1), with its plan.
+/// The largest micro-batch that fits (0: not even 1), with its plan, timed
+/// as timing::always (the others are not timed).
 struct search_result {
   std::uint64_t micro_batch = 0;
   plan_result plan;

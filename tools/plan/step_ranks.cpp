@@ -8,6 +8,7 @@
 
 #include "plan/memory_traffic.hpp"
 #include "plan/sharded_params.hpp"
+#include "plan/step_run.hpp"
 #include "strata/communicator.hpp"
 #include "strata/gradient_buckets.hpp"
 #include "strata/strata.hpp"
@@ -369,7 +370,7 @@ std::uint64_t parameter_bytes(const plan_setup& s, const step_shape& z, std::uin
 result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
                                 std::uint64_t parameter_room, std::size_t simulated) {
   const step_shape z = shape_of(s, parts);
-  constexpr std::uint64_t granularity = 2ULL << 20;
+  const std::uint64_t granularity = plan_page_bytes(s.gpu_memory);
   const std::uint64_t buffer = round_up(buffer_bytes(z), granularity);
   const hardware_rates& r = s.rates;
   const double rate = r.tflops / (s.dtype == precision::fp32 ? 8.0 : 1.0);
@@ -381,6 +382,7 @@ result<step_run> run_step_ranks(const plan_setup& s, timed_parts parts,
   // DDP's gradient buffer twice: the buckets lay it out anew in the
   // observed ready order once, at the second step, and copy it over.
   o.device = "sim:capacity=" + format_byte_option(buffer + 2 * gradients + params + granularity) +
+             ",granularity=" + format_byte_option(granularity) +
              ",data=none,tflops=" + std::to_string(parts.compute ? rate : 0) +
              ",d2d_gbps=" + std::to_string(parts.compute ? r.hbm_gbps : 0) +
              ",h2d_gbps=" + std::to_string(pcie) + ",d2h_gbps=" + std::to_string(pcie) +

@@ -1,8 +1,8 @@
 // Runs one training step's compute, collectives and offload transfers on
-// every GPU of the job: N timing-only sim devices (docs/device.md, "Modeled
-// time") joined by the `local` communicator, one host thread per rank, and
-// reads the step's time off their modeled clocks (docs/plan.md, "Step
-// time").
+// the job's GPUs: timing-only sim devices (docs/device.md, "Modeled time")
+// joined by the `local` communicator, one host thread per rank (by default
+// one rank stands for them all: default_simulated_ranks), and reads the
+// step's time off their modeled clocks (docs/plan.md, "Step time").
 //
 // Each rank queues, per micro-batch, forward layer by layer and backward in
 // reverse as modeled kernels (their FLOPs) on a compute stream; the
@@ -57,8 +57,8 @@ struct step_run {
 /// The most ranks run_step_ranks simulates by default: a bigger job's ranks
 /// are alike, so these stand for all of them, in groups modeled at their
 /// full size (local_comm_options::modeled_ranks); the step's time is the
-/// same, and a plan of 4096 GPUs takes the time and memory of 4.
-inline constexpr std::size_t default_simulated_ranks = 4;
+/// same, and a plan of 4096 GPUs takes the time and memory of one.
+inline constexpr std::size_t default_simulated_ranks = 1;
 
 /// Runs two warm-up steps and one more, and returns that one's modeled
 /// seconds on the slowest rank, from the end of the step before (every

@@ -7,14 +7,18 @@
 
 namespace strata::plan {
 
-result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule, const char* data) {
-  // A GPU's 2 MiB pages, or for one over 128 GiB larger pages, at most
-  // 65536 of them: the allocator's bookkeeping of a stitched block is per
-  // page, and a step of multi-GiB tensors on a 1 TiB GPU took 79 s to plan
-  // at 2 MiB (8 s at 16 MiB, its peak 0.01% apart; a small step's peak is
-  // up to 2% higher in the larger pages).
+std::uint64_t plan_page_bytes(std::uint64_t gpu_memory) {
+  // The allocator's bookkeeping of a stitched block is per page: a step of
+  // multi-GiB tensors on a 1 TiB GPU took 79 s to plan at 2 MiB (8 s at
+  // 16 MiB, its peak 0.01% apart; a small step's peak is up to 2% higher in
+  // the larger pages).
   std::uint64_t granularity = 2ULL << 20;
-  while ((s.gpu_memory >> 16) > granularity) granularity *= 2;
+  while ((gpu_memory >> 16) > granularity) granularity *= 2;
+  return granularity;
+}
+
+result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule, const char* data) {
+  const std::uint64_t granularity = plan_page_bytes(s.gpu_memory);
   step_memory m;
   m.usable = (s.gpu_memory - s.context_memory) / granularity * granularity;
   allocator_options o;

@@ -28,6 +28,12 @@ struct step_memory {
   std::uint64_t allocations = 0;  ///< requests made
 };
 
+/// The page size of the sim devices a plan runs its steps on for a GPU of
+/// `gpu_memory` bytes: 2 MiB, or for a GPU over 128 GiB larger, keeping
+/// 65536 pages at most (the allocator's bookkeeping and the time it takes
+/// grow with the pages). Thread safety: pure.
+std::uint64_t plan_page_bytes(std::uint64_t gpu_memory);
+
 /// Errors: the device's and the allocator's, other than out_of_memory
 /// (which is an outcome: fits = false).
 result<step_memory> run_step(const plan_setup& s, const step_schedule& schedule,

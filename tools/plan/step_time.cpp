@@ -1,6 +1,7 @@
 #include "plan/step_time.hpp"
 
 #include <algorithm>
+#include <future>
 
 #include "plan/step_ranks.hpp"
 
@@ -33,6 +34,7 @@ step_time extrapolate(const step_time& a, const step_time& b, std::uint64_t time
   t.exposed_transfers = extrapolate(a.exposed_transfers, b.exposed_transfers, x);
   t.collectives = extrapolate(a.collectives, b.collectives, x);
   t.transfers = extrapolate(a.transfers, b.transfers, x);
+  t.whole = extrapolate(a.whole, b.whole, x);
   parameter_traffic& p = t.params;
   const parameter_traffic& q = b.params;
   p.gathers = extrapolate(p.gathers, q.gathers, times);
@@ -47,39 +49,62 @@ step_time extrapolate(const step_time& a, const step_time& b, std::uint64_t time
 
 }  // namespace
 
-result<step_time> simulate_step_time(const plan_setup& s, std::uint64_t parameter_room) {
+result<step_time> simulate_step_time(const plan_setup& s, std::uint64_t parameter_room,
+                                     step_parts parts) {
+  // Every run below makes its own devices and threads, so they run side
+  // by side: a plan takes its cores' time, not one core's.
   if (s.grad_accum > simulated_micro_batches) {
+    plan_setup most = s;
+    most.grad_accum = simulated_micro_batches;
     plan_setup fewer = s;
-    fewer.grad_accum = simulated_micro_batches;
-    auto a = simulate_step_time(fewer, parameter_room);
-    if (!a) return a.error();
     fewer.grad_accum = simulated_micro_batches - 1;
-    auto b = simulate_step_time(fewer, parameter_room);
-    if (!b) return b.error();
-    return extrapolate(*a, *b, s.grad_accum - simulated_micro_batches);
+    auto b = std::async(std::launch::async,
+                        [&] { return simulate_step_time(fewer, parameter_room, parts); });
+    auto a = simulate_step_time(most, parameter_room, parts);
+    auto b_done = b.get();
+    if (!a) return a.error();
+    if (!b_done) return b_done.error();
+    return extrapolate(*a, *b_done, s.grad_accum - simulated_micro_batches);
   }
   const bool offload = s.optimizer != offload_to::none || s.params != offload_to::none;
   const bool collectives = (s.zero == 3 ? shard_ranks(s) : s.gpus) > 1;
-  const auto run = [&](timed_parts parts) { return run_step_ranks(s, parts, parameter_room); };
-  const result<step_run> none{step_run{}};
-  auto full = run({});
-  if (!full) return full.error();
-  auto without_transfers = offload ? run({true, true, false}) : full;
-  if (!without_transfers) return without_transfers.error();
-  auto compute = collectives ? run({true, false, false}) : without_transfers;
-  if (!compute) return compute.error();
-  auto collective_time = collectives ? run({false, true, false}) : none;
-  if (!collective_time) return collective_time.error();
-  auto transfer_time = offload ? run({false, false, true}) : none;
-  if (!transfer_time) return transfer_time.error();
+  const bool all = parts == step_parts::all;
+  using run_result = result<step_run>;
+  const auto start = [&](bool needed, timed_parts timed) {
+    return std::async(std::launch::async, [&s, parameter_room, needed, timed]() -> run_result {
+      if (!needed) return step_run{};
+      return run_step_ranks(s, timed, parameter_room);
+    });
+  };
+  auto without_transfers_run = start(all && offload, {true, true, false});
+  auto compute_run = start(all && collectives, {true, false, false});
+  auto collective_run = start(all && collectives, {false, true, false});
+  auto transfer_run = start(all && offload, {false, false, true});
+  run_result full = run_step_ranks(s, {}, parameter_room);
+  run_result without_transfers = without_transfers_run.get();
+  run_result compute = compute_run.get();
+  run_result collective_time = collective_run.get();
+  run_result transfer_time = transfer_run.get();
+  for (const run_result* r :
+       {&full, &without_transfers, &compute, &collective_time, &transfer_time}) {
+    if (!*r) return r->error();
+  }
   step_time t;
+  t.params = full->params;
+  t.conf = full->conf;
+  if (!all) {
+    t.parts_known = false;
+    t.whole = full->seconds;
+    return t;
+  }
+  // A part that takes no time leaves the runs that differ by it alike.
+  if (!offload) without_transfers = full;
+  if (!collectives) compute = without_transfers;
   t.compute = compute->seconds;
   t.exposed_collectives = std::max(0.0, without_transfers->seconds - compute->seconds);
   t.exposed_transfers = std::max(0.0, full->seconds - without_transfers->seconds);
   t.collectives = collective_time->seconds;
   t.transfers = transfer_time->seconds;
-  t.params = full->params;
-  t.conf = full->conf;
   return t;
 }
 

@@ -28,16 +28,27 @@ struct step_time {
   /// ZeRO-3: what the parameters' gathers and fills did in the full run.
   parameter_traffic params;
   std::string conf;  ///< STRATA_CONF the step assumes beyond the defaults (step_run)
+  /// False when only the whole step was run (step_parts::whole): `whole`
+  /// holds it and the parts above are 0.
+  bool parts_known = true;
+  double whole = 0;  ///< seconds, when !parts_known
   /// The whole step: the latest GPU's modeled clock (adding time to a part
   /// never shortens the step, so the parts sum to it).
-  [[nodiscard]] double total() const { return compute + exposed_collectives + exposed_transfers; }
+  [[nodiscard]] double total() const {
+    return parts_known ? compute + exposed_collectives + exposed_transfers : whole;
+  }
 };
+
+/// What simulate_step_time runs: the step with each part alone and
+/// without the transfers (up to five runs), or the whole step once.
+enum class step_parts : std::uint8_t { all, whole };
 
 /// `parameter_room`: the device bytes the rest of the step leaves ZeRO-3's
 /// parameters (run_step_ranks). A step of more than 12 micro-batches is run
 /// with 12 and 11, each further one adding the difference (they repeat), so
 /// the cost is bounded. Errors: run_step_ranks'.
 result<step_time> simulate_step_time(const plan_setup& s,
-                                     std::uint64_t parameter_room = ~std::uint64_t{0});
+                                     std::uint64_t parameter_room = ~std::uint64_t{0},
+                                     step_parts parts = step_parts::all);
 
 }  // namespace strata::plan
