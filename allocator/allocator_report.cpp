@@ -274,27 +274,38 @@ std::size_t caching_allocator::backing_bytes(std::size_t bytes) const {
   return (size + pages_.granularity() - 1) / pages_.granularity() * pages_.granularity();
 }
 
-oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle stream) {
+oom_report caching_allocator::shortage_of(std::size_t bytes, stream_handle stream) {
   oom_report r;
   r.requested = bytes;
-  r.needed = backing_bytes(bytes);
   r.stream = reinterpret_cast<std::uintptr_t>(stream.native);
+  measure_shortage(r);
+  return r;
+}
+
+void caching_allocator::measure_shortage(oom_report& r) {
+  r.needed = backing_bytes(r.requested);
   r.capacity = total_;
   r.limit = pages_.limit();
   r.memory_fraction = options_.memory_fraction;
+  r.device_free_known = false;
   if (auto info = dev_->get_memory_info()) {
     r.device_free = info->free;
     r.device_free_known = true;
   }
-  const allocator_stats view = current_stats();
-  r.allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
   r.reserved = pages_.held_pages() * pages_.granularity();
-  r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
   std::size_t may_create = pages_.limit() > r.reserved ? pages_.limit() - r.reserved : 0;
   if (r.device_free_known) may_create = std::min(may_create, r.device_free);
   r.idle = pages_.idle_pages() * pages_.granularity();
   r.obtainable = r.idle + may_create;
+}
 
+void caching_allocator::describe_oom(oom_report& r) {
+  measure_shortage(r);
+  const allocator_stats view = current_stats();
+  r.allocated = static_cast<std::size_t>(view.allocated_bytes[pool_all].current);
+  r.reserved_unallocated = r.reserved > r.allocated ? r.reserved - r.allocated : 0;
+
+  r.largest_free_range = 0;
   std::vector<oom_report::live_block> live;
   for (std::size_t k = 0; k < streams_.arenas().size(); ++k) {
     stream_arena& a = *streams_.arenas()[k];
@@ -314,6 +325,9 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
   live.resize(top);
   r.largest_live = std::move(live);
 
+  r.pending_bytes = 0;
+  r.pending_on_stream = 0;
+  r.pending_stream = 0;
   std::map<std::uintptr_t, std::size_t> pending_by_stream;
   const auto add_pending = [&](const pending_free& p) {
     std::size_t size = 0;
@@ -333,7 +347,6 @@ oom_report caching_allocator::build_oom_report(std::size_t bytes, stream_handle 
     }
   }
   r.decide();
-  return r;
 }
 
 }  // namespace strata

@@ -87,7 +87,7 @@ attempt<void*> caching_allocator::allocate(std::size_t bytes, void* native) {
   if (bytes == 0) return static_cast<void*>(nullptr);
   auto st = state_for(native);
   if (!st) return st.error();
-  if (bytes > max_request) return attempt<void*>(build_oom_report(bytes, (*st)->stream));
+  if (bytes > max_request) return attempt<void*>(shortage_of(bytes, (*st)->stream));
   return bytes <= classes_.slab_limit() ? allocate_small(**st, bytes) : allocate_large(**st, bytes);
 }
 
@@ -200,7 +200,7 @@ attempt<block_map::iterator> caching_allocator::place(stream_state& st, stream_a
     }
     return take(arena, it, size, requested);
   }
-  return attempt<block_map::iterator>(build_oom_report(requested, st.stream));
+  return attempt<block_map::iterator>(shortage_of(requested, st.stream));
 }
 
 void caching_allocator::return_to_slab(stream_state& st, stream_arena& arena, slab& s,

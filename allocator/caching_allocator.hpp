@@ -207,7 +207,15 @@ class caching_allocator {
   status finish_all_deferred();
 
   // allocator_report.cpp: the reporter. Reads the state under the mutex.
-  [[nodiscard]] oom_report build_oom_report(std::size_t bytes, stream_handle stream);
+  // What a request of `bytes` on `stream` lacks: the report's needed and
+  // obtainable bytes and what they come from, without walking the blocks
+  // (the chain's handlers and retry need no more; most shortages end there).
+  [[nodiscard]] oom_report shortage_of(std::size_t bytes, stream_handle stream);
+  void measure_shortage(oom_report& r);
+  // The whole report of the OOM that stands, from the state now: the
+  // shortage again, the stats, the largest blocks, the pending frees and
+  // the verdict. Walks every block and pending free.
+  void describe_oom(oom_report& r);
   // Bytes of pages a request of `bytes` occupies once rounded.
   [[nodiscard]] std::size_t backing_bytes(std::size_t bytes) const;
   [[nodiscard]] std::string summary_of(const allocator_stats& st);

@@ -60,12 +60,13 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
     }
     auto again = allocate_locked(tc, bytes, native);
     if (again || again.error().code() != errc::out_of_memory) return std::move(again).take();
-    if (again.report()) report = std::move(*again.report());  // the newer numbers
+    if (again.report()) report = std::move(*again.report());
   }
 
   std::string text;
   {
     std::lock_guard lock(mu_);
+    describe_oom(report);  // the whole report, from the numbers now
     report.handlers_asked = relief.asked;
     report.handlers_freed = relief.freed;
     report.handler_failures = relief.failures;

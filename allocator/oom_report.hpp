@@ -57,18 +57,21 @@ struct oom_report {
 };
 
 // What the allocator's locked allocation path returns: a value, or an
-// error. The error of a device shortage carries the OOM report built when
-// the chain gave up, so the report travels back with the error to the
-// caller that logs and keeps it (no member holds it in between). Other
-// errors (a bad stream, a host shortage, a device failure) carry none.
+// error. The error of a device shortage carries what the request lacked
+// (caching_allocator::shortage_of), so it travels back with the error to
+// the end of the OOM chain, which asks the pressure handlers for that much
+// and, when the OOM stands, completes the report, logs it and keeps it (no
+// member holds it in between). Other errors (a bad stream, a host
+// shortage, a device failure) carry none.
 template <class T>
 class [[nodiscard]] attempt {
  public:
   attempt(T value) : result_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
   attempt(status error) : result_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
-  // A device shortage: out_of_memory, the report's text as the message.
+  // A device shortage: out_of_memory; the report's text becomes the message
+  // once the chain has completed it.
   explicit attempt(oom_report report)
-      : result_(status{errc::out_of_memory, report.to_text()}), report_(std::move(report)) {}
+      : result_(status{errc::out_of_memory, "out of memory"}), report_(std::move(report)) {}
   // The failure of another attempt, passed on. Precondition: `failed` failed.
   template <class U>
   attempt(attempt<U>&& failed)  // NOLINT(google-explicit-constructor)
