@@ -128,6 +128,10 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   plan->add_option("--offload-params", po.offload_params, "none, host or nvme (ZeRO-3)")
       ->capture_default_str();
+  plan->add_option("--allocator", po.allocator,
+                   "Whose reserve decides whether it fits: all (Strata's, with PyTorch's default "
+                   "and expandable segments beside it), strata, pytorch or expandable")
+      ->capture_default_str();
   plan->add_option("--gpu", po.gpu,
                    "The GPU whose achieved rates time the step: h100 (docs/plan.md)")
       ->capture_default_str();

@@ -90,6 +90,20 @@ result<plan::plan_setup> setup_of(const plan_command_options& o) {
   if (!params) return params.error();
   s.params = *params;
   s.flash_attention = !o.eager_attention;
+  if (o.allocator == "all") {
+    s.allocator = plan::allocator_kind::all;
+  } else if (o.allocator == "strata") {
+    s.allocator = plan::allocator_kind::strata;
+  } else if (o.allocator == "pytorch") {
+    s.allocator = plan::allocator_kind::pytorch;
+  } else if (o.allocator == "expandable") {
+    s.allocator = plan::allocator_kind::expandable;
+  } else {
+    return status{errc::invalid_argument,
+                  "--allocator must be all, strata, pytorch or "
+                  "expandable, not '" +
+                      o.allocator + "'"};
+  }
   if (s.lora_mlp && s.lora_rank == 0) {
     return status{errc::invalid_argument, "--lora-mlp needs --lora (a LoRA rank)"};
   }
@@ -145,7 +159,7 @@ int run_plan(const plan_command_options& o) {
     p = std::move(*made);
   }
   std::vector<plan::fix> fixes;
-  if (!p.memory.fits) {
+  if (!plan::plan_fits(p)) {
     auto f = plan::find_fixes(p.setup);
     if (!f) return fail(f.error().message());
     fixes = std::move(*f);
@@ -153,7 +167,7 @@ int run_plan(const plan_command_options& o) {
   if (o.json_out != "-") std::fputs(plan::plan_text(p, fixes).c_str(), stdout);
   if (!o.json_out.empty() && !write_out(o.json_out, plan::plan_json(p, fixes))) return 1;
   if (!o.html_out.empty() && !write_out(o.html_out, plan::plan_html(p, fixes))) return 1;
-  return p.memory.fits ? 0 : 2;
+  return plan::plan_fits(p) ? 0 : 2;
 }
 
 }  // namespace strata

@@ -17,6 +17,9 @@ struct plan_command_options {
   std::string dtype = "bf16";
   std::string offload_optimizer = "none";
   std::string offload_params = "none";
+  /// Whose reserve decides "fits": all (Strata's, the others beside it),
+  /// strata, pytorch or expandable.
+  std::string allocator = "all";
   plan::plan_setup setup{};  ///< the numeric options land here
   bool eager_attention = false;
   bool gated_ffn = false;  ///< custom shape: SwiGLU

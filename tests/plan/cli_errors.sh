@@ -37,6 +37,7 @@ expect "--nvlink-gbps must be from 0.001" --model gpt2 --nvlink-gbps 0
 expect "--nvme-gbps must be from 0.001" --model gpt2 --nvme-gbps 0
 expect "--model gpt2 has its own shape" --model gpt2 --layers 3
 expect "--lora-mlp needs --lora" --model gpt2 --lora-mlp
+expect "--allocator must be all, strata, pytorch or expandable, not 'torch'" --model gpt2 --allocator torch
 expect "--json - and --html - would both write to stdout" --model gpt2 --json - --html -
 expect "cannot write /nonexistent/dir/x.json: No such file or directory" --model gpt2 --json /nonexistent/dir/x.json
 expect "--nvme-dir /proc/none: measuring the disk, a scratch file could not be made" --model gpt2 --zero 3 --offload-params nvme --nvme-dir /proc/none

@@ -37,8 +37,8 @@ std::string plan_html(const plan_result& p, const std::vector<fix>& fixes) {
       "pre{white-space:pre-wrap}.fits{color:#060}.no{color:#a00}td{padding:2px 8px}"
       "td.n{text-align:right}td.bar{width:30em}td.bar div{background:#48c;height:12px}"
       "</style></head><body>\n<h1>strata plan</h1>\n<pre>" +
-      html_escape(head) + "</pre>\n<h2 class=" + (m.fits ? "fits" : "no") + ">" +
-      (m.fits ? "Fits" : "Does not fit") + "</h2>\n<pre>" + html_escape(verdict) +
+      html_escape(head) + "</pre>\n<h2 class=" + (plan_fits(p) ? "fits" : "no") + ">" +
+      (plan_fits(p) ? "Fits" : "Does not fit") + "</h2>\n<pre>" + html_escape(verdict) +
       "</pre>\n<h2>Per GPU (of " + html_escape(format_bytes(m.usable)) + " usable)</h2>\n<table>\n";
   for (std::size_t c = 0; c < category_count; ++c) {
     html += bar_row(category_name(static_cast<category>(c)), m.by_category[c], m.usable);

@@ -36,6 +36,20 @@ class json_object {
   std::string body_;
 };
 
+const char* allocator_name(allocator_kind a) {
+  switch (a) {
+    case allocator_kind::strata:
+      return "strata";
+    case allocator_kind::pytorch:
+      return "pytorch";
+    case allocator_kind::expandable:
+      return "expandable";
+    case allocator_kind::all:
+      break;
+  }
+  return "all";
+}
+
 const char* offload_name(offload_to o) {
   return o == offload_to::none ? "none" : (o == offload_to::host ? "host" : "nvme");
 }
@@ -71,8 +85,30 @@ std::string model_line(const plan_setup& s) {
   return line;
 }
 
+// PyTorch's allocator by name, as the report calls it.
+const char* pytorch_name(allocator_kind a) {
+  return a == allocator_kind::pytorch ? "PyTorch's default allocator"
+                                      : "PyTorch's allocator with expandable segments";
+}
+
 std::string verdict(const plan_result& p) {
   const step_memory& m = p.memory;
+  const allocator_kind a = p.setup.allocator;
+  if (a == allocator_kind::pytorch || a == allocator_kind::expandable) {
+    // A model of PyTorch's allocator over the same tensors (docs/plan.md,
+    // "PyTorch's allocators"): within 10% of the measured runs.
+    const std::string reserve =
+        "about " + format_bytes(judged_reserve(p)) + " reserved at the peak";
+    if (plan_fits(p)) {
+      return std::string("FITS with ") + pytorch_name(a) + ": " + reserve + " of " +
+             format_bytes(m.usable) +
+             " usable per GPU (a model of it, within 10% of measured runs).";
+    }
+    return std::string("DOES NOT FIT with ") + pytorch_name(a) + ": " + reserve +
+           ", more than the " + format_bytes(m.usable) +
+           " usable per GPU (a model of it, within 10% of measured runs)." +
+           (m.fits ? " Strata fits it in " + format_bytes(m.peak_reserved) + "." : "");
+  }
   if (m.fits) {
     return "FITS: peak reserved " + format_bytes(m.peak_reserved) + " of " +
            format_bytes(m.usable) + " usable per GPU.";
@@ -134,11 +170,19 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
     return std::string("  ") + name + "about " + format_bytes(reserved) +
            (reserved > m.usable ? " (does not fit)\n" : "\n");
   };
+  // One allocator when --allocator names it, else all three side by side.
+  const allocator_kind a = s.allocator;
   out += "Peak reserved by allocator:\n";
-  out += std::string("  Strata                         ") +
-         (m.fits ? format_bytes(m.peak_reserved) + " (fits)\n" : "does not fit\n");
-  out += under("PyTorch's default              ", p.pytorch.native);
-  out += under("PyTorch's expandable segments  ", p.pytorch.expandable);
+  if (a == allocator_kind::all || a == allocator_kind::strata) {
+    out += std::string("  Strata                         ") +
+           (m.fits ? format_bytes(m.peak_reserved) + " (fits)\n" : "does not fit\n");
+  }
+  if (a == allocator_kind::all || a == allocator_kind::pytorch) {
+    out += under("PyTorch's default              ", p.pytorch.native);
+  }
+  if (a == allocator_kind::all || a == allocator_kind::expandable) {
+    out += under("PyTorch's expandable segments  ", p.pytorch.expandable);
+  }
   out += "\nModel states per GPU: Strata " + format_bytes(p.states.gpu_total()) + " on the GPU";
   if (p.states.host > 0) out += ", " + format_bytes(p.states.host) + " in host memory";
   if (p.states.nvme > 0) out += ", " + format_bytes(p.states.nvme) + " on NVMe";
@@ -176,7 +220,7 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
     out += "\n";
   }
   if (!t.conf.empty()) out += "  The step time assumes STRATA_CONF=" + t.conf + "\n";
-  if (!m.fits) {
+  if (!plan_fits(p)) {
     if (fixes.empty()) {
       out +=
           "\nNo change of up to three (ZeRO stage, offload, checkpointing, micro-batch) makes "
@@ -186,7 +230,7 @@ std::string plan_text(const plan_result& p, const std::vector<fix>& fixes) {
       for (std::size_t i = 0; i < fixes.size() && i < 5; ++i) {
         const plan_result& f = fixes[i].plan;
         out += "  " + std::to_string(i + 1) + ". " + fixes[i].change + ": peak " +
-               format_bytes(f.memory.peak_reserved) + ", step " + seconds(f.time.total());
+               format_bytes(judged_reserve(f)) + ", step " + seconds(f.time.total());
         if (f.host_bytes > 0) out += ", host " + format_bytes(f.host_bytes) + "/node";
         if (f.nvme_bytes > 0) out += ", NVMe " + format_bytes(f.nvme_bytes) + "/node";
         out += "\n";
@@ -233,6 +277,8 @@ std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
     json_object one;
     one.str("change", f.change)
         .num("peak_reserved_bytes", f.plan.memory.peak_reserved)
+        .num("peak_reserved_pytorch_bytes", f.plan.pytorch.native)
+        .num("peak_reserved_expandable_bytes", f.plan.pytorch.expandable)
         .dbl("step_seconds", f.plan.time.total())
         .num("host_bytes_per_node", f.plan.host_bytes)
         .num("nvme_bytes_per_node", f.plan.nvme_bytes);
@@ -243,7 +289,9 @@ std::string plan_json(const plan_result& p, const std::vector<fix>& fixes) {
       .num("parameters", total_params(p.setup.model))
       .num("trainable", trainable_params(p.setup))
       .str("setup", setup_line(p.setup))
-      .raw("fits", m.fits ? "true" : "false")
+      .str("allocator", allocator_name(p.setup.allocator))
+      .raw("fits", plan_fits(p) ? "true" : "false")
+      .raw("fits_with_strata", m.fits ? "true" : "false")
       .num("usable_bytes", m.usable)
       .num("peak_reserved_bytes", m.peak_reserved)
       .num("peak_reserved_pytorch_bytes", p.pytorch.native)

@@ -42,6 +42,12 @@ struct hardware_rates {
   bool driver_costs = true;
 };
 
+/// Whose reserve says whether a job fits (`--allocator`): Strata's, or
+/// the model of PyTorch's caching allocator, default or with expandable
+/// segments (pytorch_allocator.hpp). `all`: Strata's, the others printed
+/// beside it.
+enum class allocator_kind : std::uint8_t { all, strata, pytorch, expandable };
+
 struct plan_setup {
   model_shape model;
   std::uint64_t gpus = 1;
@@ -63,6 +69,7 @@ struct plan_setup {
   offload_to optimizer = offload_to::none;
   offload_to params = offload_to::none;
   hardware_rates rates{};
+  allocator_kind allocator = allocator_kind::all;
 };
 
 /// The bounds of a setup: up to 4096 GPUs of up to 1 TiB; batches,

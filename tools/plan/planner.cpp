@@ -67,6 +67,32 @@ std::string describe(const change& c, const plan_setup& after) {
 
 }  // namespace
 
+bool plan_fits(const plan_result& p) {
+  switch (p.setup.allocator) {
+    case allocator_kind::pytorch:
+      return p.pytorch.native <= p.memory.usable;
+    case allocator_kind::expandable:
+      return p.pytorch.expandable <= p.memory.usable;
+    case allocator_kind::all:
+    case allocator_kind::strata:
+      break;
+  }
+  return p.memory.fits;
+}
+
+std::uint64_t judged_reserve(const plan_result& p) {
+  switch (p.setup.allocator) {
+    case allocator_kind::pytorch:
+      return p.pytorch.native;
+    case allocator_kind::expandable:
+      return p.pytorch.expandable;
+    case allocator_kind::all:
+    case allocator_kind::strata:
+      break;
+  }
+  return p.memory.peak_reserved;
+}
+
 result<plan_result> make_plan(const plan_setup& s, timing t) {
   if (auto c = check_setup(s); !c) return c;
   plan_result p;
@@ -83,7 +109,7 @@ result<plan_result> make_plan(const plan_setup& s, timing t) {
       std::min(p.memory.peak_reserved,
                p.memory.by_category[static_cast<std::size_t>(category::parameters)] +
                    p.memory.by_category[static_cast<std::size_t>(category::collective_buffers)]);
-  if (t == timing::always || (t == timing::whole_if_fits && p.memory.fits)) {
+  if (t == timing::always || (t == timing::whole_if_fits && plan_fits(p))) {
     auto time = simulate_step_time(s, p.memory.usable - std::min(p.memory.usable, rest),
                                    t == timing::always ? step_parts::all : step_parts::whole);
     if (!time) return time.error();
@@ -120,7 +146,7 @@ result<std::vector<fix>> find_fixes(const plan_setup& s) {
         if (!check_setup(t).ok()) return {};
         auto p = make_plan(t, timing::whole_if_fits);
         if (!p) return p.error();
-        if (p->memory.fits) found.push_back({text, std::move(*p)});
+        if (plan_fits(*p)) found.push_back({text, std::move(*p)});
         return {};
       }
       for (std::size_t i = from; i < all.size(); ++i) {
@@ -146,7 +172,7 @@ result<search_result> largest_batch(const plan_setup& s) {
     t.micro_batch = b;
     auto p = make_plan(t, timing::never);
     if (!p) return p.error();
-    if (p->memory.fits) {
+    if (plan_fits(*p)) {
       lo = b;
       best.micro_batch = b;
     } else {

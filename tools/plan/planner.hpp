@@ -27,6 +27,12 @@ struct plan_result {
   pytorch_reserve pytorch;       ///< PyTorch's allocators' peak reserved, same schedule
 };
 
+/// Whether the job fits by the setup's allocator (plan_setup::allocator):
+/// Strata's run, or PyTorch's modeled peak reserve within the usable memory.
+[[nodiscard]] bool plan_fits(const plan_result& p);
+/// That allocator's peak reserved bytes (Strata's when it is `all`).
+[[nodiscard]] std::uint64_t judged_reserve(const plan_result& p);
+
 /// What a plan times (each timed run of a step is a simulation of every
 /// part of it, so a search times as little as it can).
 enum class timing : std::uint8_t {
