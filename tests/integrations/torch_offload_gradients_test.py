@@ -1,7 +1,7 @@
 """strata_torch.offload's gradients in Strata's tiers, with a real PyTorch
 (Debian's python3-torch, CPU) on a sim device smaller than the model, each
 check against the same model and seed trained plainly
-(torch_offload_test.py's Model, batches and tiers):
+(offload_test_model.py's Model, batches and tiers):
 
   - after backward every .grad is None and the gradients are Strata's
     buffers, some of them spilled off the device; off.gradients() equals
@@ -19,7 +19,7 @@ check against the same model and seed trained plainly
     that say so.
 
 Prints "SKIP: ..." when torch is not installed, "torch_offload_gradients_test:
-OK" when every check passed. Random choices use torch_offload_test's seed.
+OK" when every check passed. Random choices use offload_test_model's seed.
 """
 
 import os
@@ -32,7 +32,7 @@ except ImportError as e:
     sys.exit(0)
 
 import strata_torch  # noqa: E402  (after the skip)
-from torch_offload_test import SEED, Model, batch, offload  # noqa: E402
+from offload_test_model import SEED, Model, batch, offload  # noqa: E402
 
 CLIP = 0.5  # below the model's gradient norms (6.5 at the first step): every step clips
 
