@@ -314,8 +314,6 @@ void backward(schedule_builder& b, const plan_setup& s, const layer_plan& p, std
     // The head's (or tied embedding's) gradient, and the rest outside.
     make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dweight_cast);
-    release_logits(b, loop, logits);
-    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else if (s.dtype == precision::fp32) {
     // The loss's gradient, then the log-softmax's (the logits'); the
     // head's matmul makes the hidden state's gradient and, first time
@@ -328,17 +326,17 @@ void backward(schedule_builder& b, const plan_setup& s, const layer_plan& p, std
     dhidden = b.alloc(category::activations, 4 * tokens * s.model.hidden);
     make_gradients(b, p.outer_grads_made, micro, made_grads);
     b.free(dlogits);
-    release_logits(b, loop, logits);
-    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   } else {
     // bf16: the head's matmul makes the hidden state's gradient.
     const std::uint32_t dlogits = bf16_logits_gradient(b, tv, head.back());
     make_workspace(b, loop.backward_workspace);  // autograd's first matmul
     dhidden = b.alloc(category::activations, 2 * tokens * s.model.hidden);
     b.free(dlogits);
-    release_logits(b, loop, logits);
-    for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   }
+  // The logits go (or stay with the loop), and what the loss kept beside
+  // the log-softmax, which each branch freed where its gradient was made.
+  release_logits(b, loop, logits);
+  for (std::size_t i = 0; i + 1 < head.size(); ++i) b.free(head[i]);
   if (p.outer_gathered > 0) b.free(outer);
   layer_gathers gathers(b, p.gathered);
   for (std::uint64_t l = layers; l-- > 0;) {
