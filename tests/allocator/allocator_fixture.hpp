@@ -13,6 +13,7 @@
 
 #include "caching_allocator.hpp"
 #include "fakecuda/fakecuda_control.hpp"
+#include "fakecuda/stand_in_spec.hpp"
 #include "sim_device.hpp"
 
 namespace strata::testing {
@@ -20,19 +21,9 @@ namespace strata::testing {
 /// The sim device `sim_spec` ("sim:key=value,..."), or the cuda device over
 /// the stand-in configured with the same keys (see above).
 inline result<std::unique_ptr<device>> open_test_device(const std::string& sim_spec) {
-  if (!cuda_expected()) return open_device(sim_spec);
-  const fakecuda_controls* fake = stand_in();
-  if (fake == nullptr) {
-    return status{errc::no_driver,
-                  "STRATA_TEST_CUDA_DRIVER is set, but libcuda.so.1 is not the stand-in driver"};
-  }
-  const std::size_t colon = sim_spec.find(':');
-  const std::string options = colon == std::string::npos ? "" : sim_spec.substr(colon + 1);
-  if (fake->configure(0, options.c_str()) != 0) {
-    return status{errc::invalid_argument,
-                  "the stand-in driver refused '" + options + "' (is another device still open?)"};
-  }
-  return open_device("cuda:0");
+  auto spec = stand_in_spec(sim_spec);
+  if (!spec) return spec.error();
+  return open_device(*spec);
 }
 
 /// Makes the device's map call that follows `successes` successful ones

@@ -1,4 +1,5 @@
-// The prefetch tests' rig: a sim allocator, a residency manager and a
+// The prefetch tests' rig: a sim allocator (the cuda device over the
+// stand-in driver when ctest runs a test there), a residency manager and a
 // prefetcher over it, buffers with reference bytes, and the tiers'
 // options the tests start from. Random choices use a fixed seed, printed
 // with any failure.
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fakecuda/stand_in_spec.hpp"
 #include "strata/nvme_store.hpp"
 #include "strata/prefetcher.hpp"
 #include "strata/residency.hpp"
@@ -66,9 +68,12 @@ struct rig {
 
   rig(const std::string& sim, const setup& o, io_faults* faults = nullptr) {
     allocator_options options;
-    options.device = sim;
+    auto spec = stand_in_spec(sim);  // over the stand-in driver when ctest asks
+    EXPECT_TRUE(spec.ok()) << spec.error().to_string();
+    options.device = spec ? *spec : sim;
     options.log_ooms = false;  // the fault cases make spills fail on purpose
     alloc = std::make_unique<allocator>(options);
+    EXPECT_EQ(alloc->dev().name().starts_with("cuda"), cuda_expected()) << alloc->dev().name();
     stream = *alloc->dev().create_stream();
     auto m = residency_manager::create(*alloc, o.tiers, faults);
     EXPECT_TRUE(m.ok()) << m.error().to_string();

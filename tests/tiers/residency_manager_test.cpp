@@ -64,14 +64,20 @@ TEST(Residency, ErrorsAreClear) {
       << "larger than the 16 MiB device";
   auto h = s.manager->register_buffer(mib, buffer_kind::parameter, residency_policy::evictable);
   ASSERT_TRUE(h.ok());
-  // A stream the device did not make.
+  // A stream the device did not make: the sim device knows its streams;
+  // the cuda device cannot tell a foreign CUstream (over the stand-in too).
   auto* bad_stream = reinterpret_cast<void*>(0xbad);
-  EXPECT_EQ(s.manager->acquire(*h, bad_stream).code(), errc::invalid_argument);
-  EXPECT_EQ(s.manager->where(*h).value(), tier::none) << "a refused acquire changed the buffer";
+  const bool knows_streams = !cuda_expected();
+  if (knows_streams) {
+    EXPECT_EQ(s.manager->acquire(*h, bad_stream).code(), errc::invalid_argument);
+    EXPECT_EQ(s.manager->where(*h).value(), tier::none) << "a refused acquire changed the buffer";
+  }
   EXPECT_EQ(s.manager->release(*h, nullptr).code(), errc::invalid_argument) << "not acquired";
   ASSERT_TRUE(s.manager->acquire(*h, nullptr).ok());
   EXPECT_EQ(s.manager->unregister(*h).code(), errc::invalid_argument) << "still acquired";
-  EXPECT_EQ(s.manager->release(*h, bad_stream).code(), errc::invalid_argument);
+  if (knows_streams) {
+    EXPECT_EQ(s.manager->release(*h, bad_stream).code(), errc::invalid_argument);
+  }
   ASSERT_TRUE(s.manager->release(*h, nullptr).ok());
   EXPECT_TRUE(s.manager->unregister(*h).ok());
   // Without NVMe, a full host pool is the end of the line.

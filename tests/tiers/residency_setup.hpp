@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fakecuda/stand_in_spec.hpp"
 #include "strata/residency.hpp"
 
 namespace strata::testing {
@@ -50,8 +51,11 @@ struct setup {
 inline setup make(const std::string& sim_spec, const tier_options& o, io_faults* faults = nullptr) {
   setup s;
   allocator_options options;
-  options.device = sim_spec;
+  auto spec = stand_in_spec(sim_spec);
+  EXPECT_TRUE(spec.ok()) << spec.error().to_string();
+  options.device = spec ? *spec : sim_spec;
   s.alloc = std::make_unique<allocator>(options);
+  EXPECT_EQ(s.alloc->dev().name().starts_with("cuda"), cuda_expected()) << s.alloc->dev().name();
   for (auto& st : s.streams) st = *s.alloc->dev().create_stream();
   auto m = residency_manager::create(*s.alloc, o, faults);
   EXPECT_TRUE(m.ok()) << m.error().to_string();
