@@ -126,7 +126,8 @@ TEST(StreamKernels, BadArgumentsAndUnknownStreamsAreRefusedAtTheCall) {
 // On a timing-only device a kernel computes nothing and takes its modeled
 // cost: the bytes it reads and writes at the memory rate (1 GB/s here).
 TEST(StreamKernels, OnATimingOnlyDeviceKernelsTakeTheirBytesAtTheMemoryRate) {
-  allocator alloc = allocator::from_conf("device:sim:capacity=256MiB,data=none,driver_costs=none,d2d_gbps=1");
+  allocator alloc =
+      allocator::from_conf("device:sim:capacity=256MiB,data=none,driver_costs=none,d2d_gbps=1");
   const stream_handle stream = *alloc.dev().create_stream();
   std::unique_ptr<kernel_pool> pool = std::move(*kernel_pool::create(1));
   stream_kernels kernels{alloc.dev(), *pool};
