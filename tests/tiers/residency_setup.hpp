@@ -1,4 +1,5 @@
-// The residency manager's tests' setup: a sim device, small tiers (an
+// The residency manager's tests' setup: a sim device (the cuda device over
+// the stand-in driver when ctest runs a test there), small tiers (an
 // 8 MiB pinned host pool, NVMe in the build's scratch directory), and a
 // model of buffers whose reference bytes each use checks and renews.
 //
