@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fakecuda/stand_in_spec.hpp"
 #include "strata/c_extension.hpp"
 #include "strata/residency.h"
 
@@ -30,6 +31,15 @@ std::string scratch() {
   return dir;
 }
 
+// The allocator conf naming the device a test opens for `sim`: that sim
+// device, or the cuda device over the stand-in driver when ctest runs the
+// test there (stand_in_spec.hpp).
+std::string device_conf(const std::string& sim) {
+  auto spec = stand_in_spec(sim);
+  EXPECT_TRUE(spec.ok()) << spec.error().to_string();
+  return "device:" + (spec ? *spec : sim);
+}
+
 // A counter of the stats JSON, -1 if absent.
 long long stat_of(strata_residency* r, const std::string& name) {
   char* json = nullptr;
@@ -40,8 +50,9 @@ long long stat_of(strata_residency* r, const std::string& name) {
   return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + name.size() + 3);
 }
 
-// On the sim device, device memory is host memory: the test reads and
-// writes it directly once the device is idle.
+// On the sim device (and the stand-in driver's GPUs, sim devices
+// underneath), device memory is host memory: the test reads and writes it
+// directly once the device is idle.
 void wait_idle(strata_allocator* a) {
   strata::allocator* cpp = strata::c_api::borrow(a);
   ASSERT_NE(cpp, nullptr);
@@ -53,7 +64,7 @@ void wait_idle(strata_allocator* a) {
 // An allocator on an 8 MiB sim device and a manager over it: a host tier
 // of `host_capacity`, 1 MiB chunks, NVMe in the scratch directory.
 void open_tiers(const char* host_capacity, strata_allocator*& a, strata_residency*& r) {
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  ASSERT_EQ(strata_allocator_create(device_conf("sim:capacity=8MiB").c_str(), &a), STRATA_OK);
   const std::string conf = std::string("host_capacity:") + host_capacity +
                            ",host_chunk:1MiB,nvme_dir:" + scratch() +
                            ",nvme_block_size:256KiB,nvme_queue_depth:4";
@@ -68,7 +79,7 @@ void close_tiers(strata_allocator* a, strata_residency* r) {
 
 TEST(ResidencyC, BuffersGoThroughEveryTierAndComeBackExact) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK)
+  ASSERT_EQ(strata_allocator_create(device_conf("sim:capacity=16MiB").c_str(), &a), STRATA_OK)
       << strata_last_error_message();
   const std::string conf = "host_capacity:4MiB,host_chunk:1MiB,nvme_dir:" + scratch() +
                            ",nvme_block_size:256KiB,nvme_queue_depth:4";
@@ -295,7 +306,7 @@ TEST(ResidencyC, ReadOnlyAcquiresMoveNoBytesBack) {
 
 TEST(ResidencyC, ErrorsAreClear) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK);
+  ASSERT_EQ(strata_allocator_create(device_conf("sim:capacity=16MiB").c_str(), &a), STRATA_OK);
   strata_residency* r = nullptr;
   EXPECT_EQ(strata_residency_create(a, "host_kept:2", &r), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::strstr(strata_last_error_message(), "host_kept"), nullptr);
@@ -351,7 +362,7 @@ TEST(ResidencyC, ErrorsAreClear) {
 
 TEST(ResidencyC, HostHoldsThroughTheCApi) {
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=16MiB", &a), STRATA_OK);
+  ASSERT_EQ(strata_allocator_create(device_conf("sim:capacity=16MiB").c_str(), &a), STRATA_OK);
   strata_residency* r = nullptr;
   ASSERT_EQ(strata_residency_create(a, "", &r), STRATA_OK) << strata_last_error_message();
   std::uint64_t h = 0;
