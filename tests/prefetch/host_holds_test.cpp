@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fakecuda/stand_in_spec.hpp"
 #include "strata/prefetcher.hpp"
 #include "strata/residency.hpp"
 
@@ -38,7 +39,11 @@ struct holds {
   // prefetching off.
   explicit holds(std::uint64_t prefetch_bytes) {
     allocator_options a;
-    a.device = "sim:capacity=8MiB";
+    // The sim device, or the cuda device over the stand-in driver when
+    // ctest runs the test there (stand_in_spec.hpp).
+    const auto device = stand_in_spec("sim:capacity=8MiB");
+    EXPECT_TRUE(device.ok()) << device.error().to_string();
+    a.device = device ? *device : "sim:capacity=8MiB";
     alloc = std::make_unique<allocator>(a);
     tier_options t;
     t.host_chunk = 2 * mib;

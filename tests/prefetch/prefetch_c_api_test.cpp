@@ -4,13 +4,18 @@
 
 #include <string>
 
+#include "fakecuda/stand_in_spec.hpp"
 #include "strata/prefetch.h"
 
 namespace {
 
 TEST(PrefetchCApi, StepsHintsStatsAndDestroyOrder) {
+  // The sim device, or the cuda device over the stand-in driver when ctest
+  // runs the test there (stand_in_spec.hpp).
+  const auto device = strata::testing::stand_in_spec("sim:capacity=8MiB");
+  ASSERT_TRUE(device.ok()) << device.error().to_string();
   strata_allocator* a = nullptr;
-  ASSERT_EQ(strata_allocator_create("device:sim:capacity=8MiB", &a), STRATA_OK);
+  ASSERT_EQ(strata_allocator_create(("device:" + *device).c_str(), &a), STRATA_OK);
   strata_residency* r = nullptr;
   ASSERT_EQ(strata_residency_create(a, "host_capacity:32MiB", &r), STRATA_OK);
   strata_prefetcher* p = nullptr;
