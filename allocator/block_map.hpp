@@ -53,6 +53,9 @@ struct block_info {
   // allocated: the thread cache whose large slot holds the block (parked or
   // lent), else null. Read and written under the owner's lock.
   thread_cache* holder = nullptr;
+  // allocated (large arena): the thread cache of the thread that asked for
+  // it; only that thread's free parks it (caching_allocator::park).
+  thread_cache* maker = nullptr;
   bool fence = false;  // a fence at the block's start: it never merges with the block before
 
   /// Allocated or pending: a caller's block (or a slab), not free space or a shadow.

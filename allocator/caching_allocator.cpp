@@ -125,6 +125,7 @@ attempt<void*> caching_allocator::allocate_large(stream_state& st, std::size_t b
   auto it = place(st, *st.large, size, bytes, counterpart);
   if (!it) return it;
   st.replay.record(size, (*it)->first, counterpart);
+  (*it)->second.maker = &thread_cache::current();  // bound already: the fast path made it
   const stat_pool pool = bytes <= options_.small_size ? pool_small : pool_large;
   stats_.allocation.add(pool, 1);
   stats_.active.add(pool, 1);

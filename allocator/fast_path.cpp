@@ -111,6 +111,13 @@ bool caching_allocator::park(const located& where, void* native) {
       options_.release_threshold != std::numeric_limits<std::uint64_t>::max()) {
     return false;
   }
+  // Another thread's block goes straight back to its arena: the freeing
+  // thread seldom asks for its size next (autograd frees what the forward
+  // pass allocated on the main thread), and parked, the block keeps its
+  // range from first fit until the next locked large request. Parking them
+  // too cost the two-thread replay of cs336_train_fwd_bwd_cold 954 -> 962
+  // MiB at its peak, with no more lock-free reuse (bench/RESULTS.md).
+  if (b.maker != &tc) return false;
   thread_cache::large_slot& ls = tc.slot();
   ls.addr = where.block->first;
   ls.size = b.size;

@@ -1,7 +1,7 @@
 // The large-block slot of the thread cache: same-size reuse on the same
 // stream without the lock, exact stats, double frees caught, blocks lent to
-// one thread freed by another, and parked blocks given back under pressure
-// and at thread exit.
+// one thread freed by another, only a block's own thread parking it, and
+// parked blocks given back under pressure and at thread exit.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -153,6 +153,33 @@ TEST(LargeSlot, AnotherThreadMayFreeALentBlock) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, *p);
   ASSERT_TRUE(a->free_async(*r, nullptr).ok());
+}
+
+// Only the thread that asked for a block parks it when it frees it: a block
+// another thread frees (autograd freeing the forward pass's activations)
+// goes straight back to its arena, where first fit sees its range.
+TEST(LargeSlot, AnotherThreadsFreeGoesBackToTheArena) {
+  auto a = make_allocator("sim:capacity=256MiB");
+  ASSERT_TRUE(a);
+  auto p = a->malloc_async(16 * mib, nullptr);
+  ASSERT_TRUE(p.ok());
+  std::atomic<int> step{0};
+  std::thread worker([&] {  // alive, with an empty slot, until step 2
+    EXPECT_TRUE(a->free_async(*p, nullptr).ok());
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+  });
+  while (step.load() != 1) std::this_thread::yield();
+  EXPECT_EQ(a->snapshot_json().find("\"thread_cached\""), std::string::npos)
+      << "another thread's free was parked in its slot";
+  EXPECT_EQ(stat_of(*a, "allocation.all.current"), 0);
+  step = 2;
+  worker.join();
+  auto q = a->malloc_async(16 * mib, nullptr);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(*q, *p);
+  ASSERT_TRUE(a->free_async(*q, nullptr).ok());  // its own block: parked
+  EXPECT_NE(a->snapshot_json().find("\"thread_cached\""), std::string::npos);
 }
 
 TEST(LargeSlot, ParkedBlocksServeOtherThreadsWhenMemoryIsShort) {
