@@ -8,7 +8,8 @@ namespace strata {
 
 block_map::block_map(std::uintptr_t base, std::size_t size) : base_(base), size_(size) {
   auto it =
-      blocks_.emplace(base, block_info{size, 0, block_state::free, false, nullptr, nullptr, false}).first;
+      blocks_.emplace(base, block_info{size, 0, block_state::free, false, nullptr, nullptr, false})
+          .first;
   insert_free(it);
 }
 
