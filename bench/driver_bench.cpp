@@ -117,6 +117,8 @@ std::array<double, phases> measure(strata::device& dev, std::size_t bytes, std::
   const std::size_t g = dev.granularity();
   const std::size_t n = bytes / run;
   const std::size_t pages = bytes / g;
+  const std::uintptr_t first = take(dev.reserve(bytes), "reserve");
+  const std::uintptr_t second = take(dev.reserve(bytes), "reserve");
   std::array<double, phases> us{};
   strata::driver_call_totals before = dev.call_totals();
   const auto done = [&](phase p) {
@@ -125,9 +127,6 @@ std::array<double, phases> measure(strata::device& dev, std::size_t bytes, std::
     us[p] = static_cast<double>(now[k].ns - before[k].ns) / 1e3 / static_cast<double>(pages);
     before = now;
   };
-  const std::uintptr_t first = take(dev.reserve(bytes), "reserve");
-  const std::uintptr_t second = take(dev.reserve(bytes), "reserve");
-  before = dev.call_totals();
   std::vector<strata::page_run> made;
   made.reserve(n);
   for (std::size_t i = 0; i < n; ++i) made.push_back(take(dev.create_pages(run), "create_pages"));

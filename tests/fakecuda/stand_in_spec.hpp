@@ -9,6 +9,8 @@
 // thread; the stand-in refuses to reconfigure a GPU that is still open.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <string>
 
 #include "fakecuda/fakecuda_control.hpp"
@@ -35,6 +37,14 @@ inline result<std::string> stand_in_spec(const std::string& sim_spec) {
                   "the stand-in driver refused '" + keys + "' (is another device still open?)"};
   }
   return std::string("cuda:0");
+}
+
+/// stand_in_spec(sim_spec) for a test body: a refusal is a test failure,
+/// and the test goes on on `sim_spec`.
+inline std::string test_device_spec(const std::string& sim_spec) {
+  auto spec = stand_in_spec(sim_spec);
+  EXPECT_TRUE(spec.ok()) << spec.error().to_string();
+  return spec ? *spec : sim_spec;
 }
 
 }  // namespace strata::testing

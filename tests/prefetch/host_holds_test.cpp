@@ -41,9 +41,7 @@ struct holds {
     allocator_options a;
     // The sim device, or the cuda device over the stand-in driver when
     // ctest runs the test there (stand_in_spec.hpp).
-    const auto device = stand_in_spec("sim:capacity=8MiB");
-    EXPECT_TRUE(device.ok()) << device.error().to_string();
-    a.device = device ? *device : "sim:capacity=8MiB";
+    a.device = test_device_spec("sim:capacity=8MiB");
     alloc = std::make_unique<allocator>(a);
     tier_options t;
     t.host_chunk = 2 * mib;

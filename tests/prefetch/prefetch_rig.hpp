@@ -68,10 +68,8 @@ struct rig {
 
   rig(const std::string& sim, const setup& o, io_faults* faults = nullptr) {
     allocator_options options;
-    auto spec = stand_in_spec(sim);  // over the stand-in driver when ctest asks
-    EXPECT_TRUE(spec.ok()) << spec.error().to_string();
-    options.device = spec ? *spec : sim;
-    options.log_ooms = false;  // the fault cases make spills fail on purpose
+    options.device = test_device_spec(sim);  // over the stand-in driver when ctest asks
+    options.log_ooms = false;                // the fault cases make spills fail on purpose
     alloc = std::make_unique<allocator>(options);
     EXPECT_EQ(alloc->dev().name().starts_with("cuda"), cuda_expected()) << alloc->dev().name();
     stream = *alloc->dev().create_stream();

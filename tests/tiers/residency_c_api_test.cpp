@@ -35,9 +35,7 @@ std::string scratch() {
 // device, or the cuda device over the stand-in driver when ctest runs the
 // test there (stand_in_spec.hpp).
 std::string device_conf(const std::string& sim) {
-  auto spec = stand_in_spec(sim);
-  EXPECT_TRUE(spec.ok()) << spec.error().to_string();
-  return "device:" + (spec ? *spec : sim);
+  return "device:" + test_device_spec(sim);
 }
 
 // A counter of the stats JSON, -1 if absent.

@@ -52,9 +52,7 @@ struct setup {
 inline setup make(const std::string& sim_spec, const tier_options& o, io_faults* faults = nullptr) {
   setup s;
   allocator_options options;
-  auto spec = stand_in_spec(sim_spec);
-  EXPECT_TRUE(spec.ok()) << spec.error().to_string();
-  options.device = spec ? *spec : sim_spec;
+  options.device = test_device_spec(sim_spec);
   s.alloc = std::make_unique<allocator>(options);
   EXPECT_EQ(s.alloc->dev().name().starts_with("cuda"), cuda_expected()) << s.alloc->dev().name();
   for (auto& st : s.streams) st = *s.alloc->dev().create_stream();
