@@ -134,6 +134,70 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   EXPECT_NE(report_text(t, *r).find(line), std::string::npos);
 }
 
+// The report names the calls that cost driver time: here only the first
+// allocation (its arenas reserved, two pages created, mapped and opened);
+// the second half is served from the cache.
+TEST(ReplayTimeline, TheCostliestCallsAreTheOnesThatCalledTheDriver) {
+  const alloc_trace t = two_rounds();
+  replay_options o;
+  o.timeline = true;
+  auto r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_EQ(r->costliest.size(), 1U);
+  const costly_call& c = r->costliest.front();
+  EXPECT_EQ(c.op, 0U);
+  EXPECT_TRUE(c.alloc);
+  EXPECT_EQ(c.size, std::uint64_t{4} << 20);
+  EXPECT_EQ(c.driver_calls, 7U);
+  EXPECT_NEAR(static_cast<double>(c.driver_ns) * 1e-6, r->timeline.added_ms, 1e-6);
+  EXPECT_TRUE(r->costliest_second_half.empty());
+  const std::string text = report_text(t, *r);
+  for (const char* want : {"costliest calls (driver time)      event 0: alloc 4 MiB, 7 driver "
+                           "calls, 0.09 ms\n",
+                           "costliest in the second half       none called the driver\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << " missing from " << text;
+  }
+  const std::string json = report_json(t, *r);
+  for (const char* key : {R"("costliest_calls":[{"event":0,"action":"alloc","size":4194304,)",
+                          R"("driver_calls":7,"driver_ms":0.0924,"second_half":false,"frames":[]})",
+                          R"("costliest_second_half_calls":[])"}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
+  }
+  o.timeline = false;
+  r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_NE(report_json(t, *r).find(R"("costliest_second_half_calls":null)"), std::string::npos);
+}
+
+// Of twelve allocations that each create pages, the ten costliest are kept,
+// costliest first, with their stacks.
+TEST(Replayer, KeepsTheTenCostliestCallsWithTheirStacks) {
+  alloc_trace t;
+  t.source = "t";
+  t.format = "strata_trace";
+  t.frames.push_back({"forward (model.py:12)", "train (train.py:40)"});
+  for (std::uint64_t i = 0; i < 12; ++i) {
+    t.ops.push_back({op_kind::alloc, 0x1000 * (i + 1), (i + 1) * (std::uint64_t{2} << 20), 0,
+                     i == 11 ? 0U : trace_op::no_frames, 0});
+  }
+  replay_options o;
+  o.device = "sim:capacity=1GiB,data=none";
+  auto r = replay(t, o);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_EQ(r->costliest.size(), costliest_kept);
+  EXPECT_EQ(r->costliest.front().op, 11U) << "twelve pages: the most driver time";
+  for (std::size_t i = 1; i < r->costliest.size(); ++i) {
+    EXPECT_GE(r->costliest[i - 1].driver_ns, r->costliest[i].driver_ns) << i;
+  }
+  EXPECT_TRUE(r->costliest_second_half.empty()) << "no timeline";
+  const std::string json = report_json(t, *r);
+  const std::string stack =
+      R"x("second_half":null,"frames":["forward (model.py:12)","train (train.py:40)"]})x";
+  EXPECT_NE(json.find(stack), std::string::npos) << json;
+  EXPECT_NE(report_html(t, *r).find("forward (model.py:12)<br>train (train.py:40)"),
+            std::string::npos);
+}
+
 // With a profiler trace's kernels the GPU runs as recorded: the host's
 // delay is absorbed at the recorded wait, since the GPU was further behind.
 TEST(ReplayTimeline, ADelayTheGpuHidesIsAbsorbedAtTheRecordedWait) {

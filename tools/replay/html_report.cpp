@@ -1,6 +1,7 @@
 // report_html(): one self-contained page (inline SVG and CSS, no script, no
 // network): memory over the replay, the page map at Strata's peak, the
-// largest live blocks there with their stack frames, and the OOMs.
+// largest live blocks there with their stack frames, the calls that cost the
+// most driver time with theirs, and the OOMs.
 #include <algorithm>
 #include <cstdio>
 
@@ -161,7 +162,26 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
     o += "<tr><td>" + format_bytes(b.size) + "</td><td>" + buf + "</td><td>" +
          std::to_string(b.op) + "</td><td>" + (frames.empty() ? "-" : frames) + "</td></tr>\n";
   }
-  o += "</table>\n<h2>Out of memory</h2>\n";
+  o += "</table>\n<h2>Calls that cost the most driver time</h2>\n";
+  if (r.costliest.empty()) o += "<p>No call reached the driver.</p>\n";
+  if (!r.costliest.empty()) {
+    o += "<table><tr><th>event</th><th>call</th><th>size</th><th>driver calls</th>"
+         "<th>driver ms</th><th>stack</th></tr>\n";
+  }
+  for (const costly_call& c : r.costliest) {
+    std::string frames;
+    if (c.frames != trace_op::no_frames) {
+      for (const std::string& f : trace.frames[c.frames]) frames += escape(f) + "<br>";
+    }
+    std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(c.driver_ns) * 1e-6);
+    o += "<tr><td>" + std::to_string(c.op) +
+         (r.timeline.on && c.op >= r.timeline.second_half_op ? " (second half)" : "") +
+         "</td><td>" + (c.alloc ? "alloc" : "free") + "</td><td>" + format_bytes(c.size) +
+         "</td><td>" + std::to_string(c.driver_calls) + "</td><td>" + buf + "</td><td>" +
+         (frames.empty() ? "-" : frames) + "</td></tr>\n";
+  }
+  if (!r.costliest.empty()) o += "</table>\n";
+  o += "<h2>Out of memory</h2>\n";
   if (r.ooms.empty()) o += "<p>No request failed.</p>\n";
   for (const replay_oom& oom : r.ooms) {
     o += "<h3>At event " + std::to_string(oom.op) + "</h3>\n<pre>" + escape(oom.message) +

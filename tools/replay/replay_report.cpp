@@ -1,5 +1,6 @@
 #include "replay_report.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 
@@ -62,6 +63,30 @@ std::string steady_json(const timeline_result::steady_state& s) {
          ",\"peak_live_bytes\":" + std::to_string(s.peak_live) + "}";
 }
 
+// The costliest calls as a JSON array, with their stacks.
+std::string costly_json(const alloc_trace& trace, const replay_result& r,
+                        const std::vector<costly_call>& calls) {
+  std::string out = "[";
+  for (const costly_call& c : calls) {
+    if (out.size() > 1) out += ',';
+    std::string frames = "[";
+    if (c.frames != trace_op::no_frames) {
+      for (const std::string& f : trace.frames[c.frames]) {
+        frames += (frames.size() > 1 ? "," : "") + json_string(f);
+      }
+    }
+    out += "{\"event\":" + std::to_string(c.op) +
+           ",\"action\":" + (c.alloc ? "\"alloc\"" : "\"free\"") +
+           ",\"size\":" + std::to_string(c.size) + ",\"stream\":" + std::to_string(c.stream) +
+           ",\"driver_calls\":" + std::to_string(c.driver_calls) +
+           ",\"driver_ms\":" + number(static_cast<double>(c.driver_ns) * 1e-6) +
+           ",\"second_half\":" +
+           (r.timeline.on ? (c.op >= r.timeline.second_half_op ? "true" : "false") : "null") +
+           ",\"frames\":" + frames + "]}";
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 std::string timeline_line(const timeline_result& t) {
@@ -69,6 +94,16 @@ std::string timeline_line(const timeline_result& t) {
          " ms of trace (" + fixed(100 * t.added_fraction(), 2) +
          "%); second half: " + fixed(100 * t.second_half_added_fraction(), 2) + "%, " +
          std::to_string(t.second_half_driver_calls) + " driver calls";
+}
+
+std::string costly_text(const costly_call& c, const replay_result& r, bool mark_second_half) {
+  std::string t = "event " + std::to_string(c.op) + ": " + (c.alloc ? "alloc " : "free ") +
+                  format_bytes(c.size) + ", " + std::to_string(c.driver_calls) + " driver calls, " +
+                  fixed(static_cast<double>(c.driver_ns) * 1e-6, 2) + " ms";
+  if (mark_second_half && r.timeline.on && c.op >= r.timeline.second_half_op) {
+    t += " (second half)";
+  }
+  return t;
 }
 
 std::string steady_text(const timeline_result::steady_state& s) {
@@ -133,6 +168,17 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   line("memory driver calls", memory_calls_text(r.driver));
   line("waits for the device",
        std::to_string(r.device_waits) + " (" + fixed(r.device_wait_ms, 1) + " ms)");
+  if (r.costliest.empty()) line("costliest calls (driver time)", "none called the driver");
+  for (std::size_t i = 0; i < std::min(r.costliest.size(), costliest_in_text); ++i) {
+    line(i == 0 ? "costliest calls (driver time)" : "", costly_text(r.costliest[i], r, true));
+  }
+  if (r.timeline.on && r.costliest_second_half.empty()) {
+    line("costliest in the second half", "none called the driver");
+  }
+  for (std::size_t i = 0; i < std::min(r.costliest_second_half.size(), costliest_in_text); ++i) {
+    line(i == 0 ? "costliest in the second half" : "",
+         costly_text(r.costliest_second_half[i], r, false));
+  }
   if (!trace.failures.empty()) {
     line("recording allocator's OOMs", std::to_string(trace.failures.size()));
     for (const replay_failure& f : r.failures) {
@@ -227,6 +273,9 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
   field("cpu_ns_per_call",
         "{\"median\":" + number(r.cpu_ns_median) + ",\"mean\":" + number(r.cpu_ns_mean) +
             ",\"p99\":" + number(r.cpu_ns_p99) + ",\"calls\":" + std::to_string(r.calls) + "}");
+  field("costliest_calls", costly_json(trace, r, r.costliest));
+  field("costliest_second_half_calls",
+        r.timeline.on ? costly_json(trace, r, r.costliest_second_half) : "null");
   std::string ooms = "[";
   for (const replay_oom& o : r.ooms) {
     if (ooms.size() > 1) ooms += ',';

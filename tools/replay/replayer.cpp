@@ -77,7 +77,9 @@ class run {
       if (pacer != nullptr) {
         if (auto st = pacer->before(i); !st) return at_event("event " + std::to_string(i), st);
       }
+      const driver_call_totals before = a_.dev().call_totals();
       if (auto st = replay_op(i, timed); !st) return at_event("event " + std::to_string(i), st);
+      if (timed) note_cost(i, before, pacer != nullptr && i >= pacer->tail_op());
       if (pacer != nullptr) pacer->after(i);
       on_op(i + 1);
     }
@@ -93,8 +95,34 @@ class run {
   std::vector<std::uint32_t> call_ns;
   std::vector<replay_oom> ooms;
   std::vector<replay_failure> failures;
+  std::vector<costly_call> costliest;  // replay_result::costliest
+  std::vector<costly_call> costliest_second_half;
 
  private:
+  // Keeps op `i` among the costliest (and, in the second half, among its
+  // costliest) if the driver calls made since `before` cost enough.
+  void note_cost(std::size_t i, const driver_call_totals& before, bool second_half) {
+    const driver_call_totals after = a_.dev().call_totals();
+    const trace_op& op = trace_.ops[i];
+    costly_call c{i, op.kind == op_kind::alloc, op.size, op.stream, op.frames, 0, 0};
+    for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+      c.driver_calls += after[k].calls - before[k].calls;
+      c.driver_ns += after[k].ns - before[k].ns;
+    }
+    if (c.driver_calls == 0) return;
+    keep_costliest(costliest, c);
+    if (second_half) keep_costliest(costliest_second_half, c);
+  }
+
+  static void keep_costliest(std::vector<costly_call>& v, const costly_call& c) {
+    const auto at = std::upper_bound(
+        v.begin(), v.end(), c,
+        [](const costly_call& x, const costly_call& y) { return x.driver_ns > y.driver_ns; });
+    if (at == v.end() && v.size() == costliest_kept) return;
+    v.insert(at, c);
+    if (v.size() > costliest_kept) v.pop_back();
+  }
+
   status at_event(const std::string& where, const status& st) const {
     return {st.code(), trace_.source + ": " + where + ": " + st.message()};
   }
@@ -379,6 +407,8 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.stitched_bytes = end.stitched_bytes;
   r.ooms = std::move(first.ooms);
   r.failures = std::move(first.failures);
+  r.costliest = std::move(first.costliest);
+  r.costliest_second_half = std::move(first.costliest_second_half);
   if (options.snapshot) r.snapshot_pickle = a.snapshot_pickle();
   r.calls = first.call_ns.size();
   r.cpu_ns_median = percentile(first.call_ns, 0.5);

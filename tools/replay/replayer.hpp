@@ -95,6 +95,24 @@ struct live_block {
   std::uint32_t frames = trace_op::no_frames;
 };
 
+/// An allocator call of the measured pass that called the driver: which
+/// op, what it asked for, and the driver calls it made with their time (the
+/// device's counters just before and after it: every kind, the memory
+/// calls, the event calls and the waits for queued work). On a timing-only
+/// sim device the time is the modeled one, what the calls cost on the GPU
+/// the device models.
+struct costly_call {
+  std::size_t op = 0;        // index into the trace's ops
+  bool alloc = true;         // an allocation; false: a free
+  std::uint64_t size = 0;    // bytes requested (a free: the block's)
+  std::uint64_t stream = 0;  // the recorded stream
+  std::uint32_t frames = trace_op::no_frames;
+  std::uint64_t driver_calls = 0;
+  std::uint64_t driver_ns = 0;
+};
+/// How many calls replay_result::costliest and costliest_second_half keep.
+inline constexpr std::size_t costliest_kept = 10;
+
 struct replay_result {
   std::string device;
   std::uint64_t granularity = 0;
@@ -123,6 +141,13 @@ struct replay_result {
   std::int64_t device_waits = 0;            // the allocator's waits for device work
   double device_wait_ms = 0;                // and their time
   driver_call_totals driver{};              // the device's driver calls
+  /// The measured pass's calls with the most driver time, costliest first
+  /// (an earlier op first among equals), at most costliest_kept.
+  std::vector<costly_call> costliest;
+  /// With replay_options::timeline: the same of the second half's calls
+  /// (timeline_result::second_half_op on), what a step settled or not
+  /// still costs.
+  std::vector<costly_call> costliest_second_half;
 };
 
 /// Replays `trace`. Errors, each naming its cause: "--device: ..." or

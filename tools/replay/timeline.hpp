@@ -34,6 +34,7 @@ struct timeline_result {
   double trace_ms = 0;
   double added_ms = 0;
   double second_half_trace_ms = 0;
+  std::size_t second_half_op = 0;  // the op the second half begins at
   double second_half_added_ms = 0;
   std::uint64_t driver_calls = 0;  // memory driver calls (reserve ... set_access)
   std::uint64_t second_half_driver_calls = 0;
@@ -105,6 +106,8 @@ class timeline_pacer {
   timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms);
   timeline_pacer(device& dev, const alloc_trace& trace, double gpu_lag_ms, std::size_t tail_op);
 
+  /// The op the result's `second_half_*` fields count from.
+  [[nodiscard]] std::size_t tail_op() const noexcept { return tail_op_; }
   /// Starts the clock (after the seeds): the trace's first op is now.
   void start();
   /// Before op `i`: queues the kernels launched and replays the waits made
