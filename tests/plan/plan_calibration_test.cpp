@@ -10,11 +10,11 @@
 
 #include "plan/layer_activations.hpp"
 #include "plan/planner.hpp"
-#include "plan/pytorch_allocator.hpp"
 #include "plan/step_run.hpp"
 #include "plan/step_schedule.hpp"
 #include "plan/step_time.hpp"
 #include "plan_setups.hpp"
+#include "pytorch_model/pytorch_allocator.hpp"
 #include "replay/alloc_trace.hpp"
 
 namespace strata::plan {

@@ -28,7 +28,17 @@ TEST(Replayer, ColdTraceOnAnEightyGigabyteSimDevice) {
   EXPECT_FALSE(r->samples.empty());
   EXPECT_FALSE(r->largest_at_peak.empty());
   EXPECT_FALSE(r->page_map_at_peak.empty());
+  // PyTorch's allocator, modeled over the same requests, reserves what the
+  // recording one did (the model is exact on a cold snapshot).
+  EXPECT_EQ(r->modeled_native_peak, r->baseline_peak_reserved);
+  EXPECT_GE(r->modeled_expandable_peak, r->peak_live);
   const std::string json = report_json(*t, *r);
+  EXPECT_NE(json.find(R"("modeled_pytorch_peak_reserved_bytes":{"default":)" +
+                      std::to_string(r->baseline_peak_reserved) + R"(,"expandable_segments":)" +
+                      std::to_string(r->modeled_expandable_peak) + "}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("peak_reserved_over_expandable":0.)"), std::string::npos) << json;
   for (const char* key : {R"("events":62)", R"("peak_live_bytes":)", R"("peak_reserved_bytes":)",
                           R"("fragmentation":)", R"("ooms":[])", R"("cpu_ns_per_call":{"median":)",
                           R"("mean":)", R"("p99":)", R"("baseline_peak_reserved_bytes":)"}) {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "plan/pytorch_allocator.hpp"
+#include "pytorch_model/pytorch_allocator.hpp"
 #include "strata/strata.hpp"
 
 namespace strata::plan {

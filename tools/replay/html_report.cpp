@@ -133,6 +133,9 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
   row("Strata peak reserved", buf);
   row("recording allocator peak reserved",
       r.has_baseline ? format_bytes(r.baseline_peak_reserved) : std::string("not in the trace"));
+  row("PyTorch's allocator, modeled", "default " + format_bytes(r.modeled_native_peak) +
+                                          ", expandable segments " +
+                                          format_bytes(r.modeled_expandable_peak));
   std::snprintf(buf, sizeof buf, "%.2f%%", 100 * r.fragmentation);
   row("fragmentation at peak", buf);
   row("stitches", std::to_string(r.stitches));

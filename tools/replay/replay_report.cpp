@@ -159,6 +159,10 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
   } else {
     line("recording allocator peak reserved", "not in the trace");
   }
+  line("PyTorch's allocator, modeled", "default " + format_bytes(r.modeled_native_peak) +
+                                           ", expandable segments " +
+                                           format_bytes(r.modeled_expandable_peak));
+  line("Strata / expandable segments", ratio(r.peak_reserved, r.modeled_expandable_peak));
   line("fragmentation (1 - alloc/reserved)", number(100 * r.fragmentation) + "% at peak");
   line("stitches", std::to_string(r.stitches) + " (" +
                        format_bytes(static_cast<std::uint64_t>(r.stitched_bytes)) + " remapped)");
@@ -240,6 +244,11 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
   field("peak_reserved_over_baseline", r.has_baseline && r.baseline_peak_reserved > 0
                                            ? ratio(r.peak_reserved, r.baseline_peak_reserved)
                                            : "null");
+  field("modeled_pytorch_peak_reserved_bytes",
+        "{\"default\":" + std::to_string(r.modeled_native_peak) +
+            ",\"expandable_segments\":" + std::to_string(r.modeled_expandable_peak) + "}");
+  field("peak_reserved_over_expandable",
+        r.modeled_expandable_peak > 0 ? ratio(r.peak_reserved, r.modeled_expandable_peak) : "null");
   field("fragmentation", number(r.fragmentation));
   field("threads", std::to_string(r.threads));
   field("stitches", std::to_string(r.stitches));

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "pytorch_model/pytorch_allocator.hpp"
 #include "second_thread.hpp"
 #include "step_cycle.hpp"
 
@@ -339,6 +340,28 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   return {};
 }
 
+// PyTorch's allocator, modeled over the seeds and then the ops: its peak
+// reserved bytes.
+std::uint64_t modeled_peak(const alloc_trace& trace, pytorch_allocator_model::mode m) {
+  pytorch_allocator_model model(m);
+  std::unordered_map<std::uint64_t, std::uint32_t> live;
+  const auto allocate = [&](const trace_op& op) {
+    if (op.size == 0) return;
+    if (auto old = live.find(op.addr); old != live.end()) model.free(old->second);  // as replayed
+    live[op.addr] = model.allocate(op.size);
+  };
+  for (const trace_op& op : trace.seeds) allocate(op);
+  for (const trace_op& op : trace.ops) {
+    if (op.kind == op_kind::alloc) {
+      allocate(op);
+    } else if (auto it = live.find(op.addr); it != live.end()) {
+      model.free(it->second);
+      live.erase(it);
+    }
+  }
+  return model.peak_reserved();
+}
+
 }  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
@@ -416,6 +439,8 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.cpu_ns_mean = mean_of_last(first.call_ns, first.call_ns.size());
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
+  r.modeled_native_peak = modeled_peak(trace, pytorch_allocator_model::mode::native);
+  r.modeled_expandable_peak = modeled_peak(trace, pytorch_allocator_model::mode::expandable);
   made->reset();
   if (options.timeline && options.steady_repeats > 0) {
     auto s = replay_steady_state(trace, options, r.timeline.steady);

@@ -133,6 +133,12 @@ struct replay_result {
   double cpu_ns_mean = 0;  // the tail included: what a step's host pays per call
   bool has_baseline = false;
   std::uint64_t baseline_peak_reserved = 0;
+  /// What PyTorch's caching allocator would reserve for the trace's
+  /// requests at their peak, by default and with expandable segments
+  /// (pytorch_model/pytorch_allocator.hpp: exact on the H100 snapshots;
+  /// it keeps one pool for all streams, where PyTorch keeps one a stream).
+  std::uint64_t modeled_native_peak = 0;
+  std::uint64_t modeled_expandable_peak = 0;
   std::vector<replay_sample> samples;  // at most ~2000, evenly spread
   std::vector<arena_pages> page_map_at_peak;
   std::vector<live_block> largest_at_peak;  // up to ten

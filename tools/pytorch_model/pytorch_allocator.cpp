@@ -1,8 +1,8 @@
-#include "plan/pytorch_allocator.hpp"
+#include "pytorch_model/pytorch_allocator.hpp"
 
 #include <algorithm>
 
-namespace strata::plan {
+namespace strata {
 
 namespace {
 
@@ -126,4 +126,4 @@ void pytorch_allocator_model::free(std::uint32_t handle) {
   insert_free(id);
 }
 
-}  // namespace strata::plan
+}  // namespace strata
