@@ -1,9 +1,11 @@
 // Models of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator
 // .cpp, PyTorch 2.11), to say what a planned step (strata plan) or a
-// replayed trace (strata replay) reserves under it: a request is rounded up to 512 bytes; requests
-// up to 1 MiB come from the small pool, the rest from the large one; the smallest free block that
-// fits is taken (best fit) and split when what is left is at least 512 bytes (small) or more than 1
-// MiB (large); a freed block merges with its free neighbours in its segment.
+// replayed trace (strata replay) reserves under it: a request is rounded
+// up to 512 bytes; requests up to 1 MiB come from the small pool, the rest
+// from the large one; the smallest free block that fits is taken (best
+// fit) and split when what is left is at least 512 bytes (small) or more
+// than 1 MiB (large); a freed block merges with its free neighbours in its
+// segment.
 //
 //   native (the default): a request no free block fits gets a segment of
 //   its own from cudaMalloc: 2 MiB for a small one, 20 MiB for one under
