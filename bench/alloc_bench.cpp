@@ -55,9 +55,21 @@ void pair_strata(benchmark::State& state) {
 // The large sizes mixed/ cycles through (its argument: how many of them).
 constexpr std::array<std::size_t, 4> cycle{1 << 20, 8 << 20, 24 << 20, 72 << 20};
 
+// How many of `cycle` the benchmark's argument asks for; 0 (the benchmark
+// skipped, saying why) unless 1 to cycle.size().
+std::size_t sizes_cycled(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  if (n == 0 || n > cycle.size()) {
+    state.SkipWithError("mixed: the argument is how many sizes to cycle through, 1 to 4");
+    return 0;
+  }
+  return n;
+}
+
 void mixed_strata(benchmark::State& state) {
   auto& f = fixture();
-  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::size_t n = sizes_cycled(state);
+  if (n == 0) return;
   for (std::size_t k = 0; k < n; ++k) {  // every size's pages mapped once
     auto warm = f.alloc.try_malloc_async(cycle[k], f.streams[0]);
     if (!warm || !f.alloc.try_free_async(*warm, f.streams[0])) {
@@ -75,7 +87,8 @@ void mixed_strata(benchmark::State& state) {
 
 template <void* (*Alloc)(std::size_t), void (*Free)(void*, std::size_t)>
 void mixed_host(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::size_t n = sizes_cycled(state);
+  if (n == 0) return;
   std::size_t i = 0;
   for (auto _ : state) {
     const std::size_t bytes = cycle[i++ % n];

@@ -458,8 +458,8 @@ TEST(LocalCommunicator, AFewTimingOnlyRanksStandForMany) {
   const std::size_t n = 1 << 16;
   const auto time_of = [&](rank_set& ranks, int count) {
     for (int r = 0; r < count; ++r) {
-      float* send = ranks.alloc<float>(r, n);
-      float* gathered = ranks.alloc<float>(r, n * 4);  // a shard from each of 4 ranks
+      auto* send = ranks.alloc<float>(r, n);
+      auto* gathered = ranks.alloc<float>(r, n * 4);  // a shard from each of 4 ranks
       EXPECT_TRUE(ranks.comm(r)
                       .all_reduce(send, send, n, dtype::f32, reduce_op::sum, ranks.stream(r))
                       .ok());
