@@ -106,6 +106,14 @@ std::string page_map(const replay_result& r) {
   return o;
 }
 
+// A call's stack frames, one a line, or "-" when the trace has none for it.
+std::string stack_cell(const alloc_trace& trace, std::uint32_t frames) {
+  if (frames == trace_op::no_frames || trace.frames[frames].empty()) return "-";
+  std::string out;
+  for (const std::string& f : trace.frames[frames]) out += escape(f) + "<br>";
+  return out;
+}
+
 }  // namespace
 
 std::string report_html(const alloc_trace& trace, const replay_result& r) {
@@ -157,31 +165,24 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
   o += "<h2>Largest live blocks at the peak</h2>\n<table><tr><th>size</th><th>stream</th>"
        "<th>allocated at event</th><th>stack</th></tr>\n";
   for (const live_block& b : r.largest_at_peak) {
-    std::string frames;
-    if (b.frames != trace_op::no_frames) {
-      for (const std::string& f : trace.frames[b.frames]) frames += escape(f) + "<br>";
-    }
     std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(b.stream));
     o += "<tr><td>" + format_bytes(b.size) + "</td><td>" + buf + "</td><td>" +
-         std::to_string(b.op) + "</td><td>" + (frames.empty() ? "-" : frames) + "</td></tr>\n";
+         std::to_string(b.op) + "</td><td>" + stack_cell(trace, b.frames) + "</td></tr>\n";
   }
   o += "</table>\n<h2>Calls that cost the most driver time</h2>\n";
-  if (r.costliest.empty()) o += "<p>No call reached the driver.</p>\n";
-  if (!r.costliest.empty()) {
+  if (r.costliest.empty()) {
+    o += "<p>No call reached the driver.</p>\n";
+  } else {
     o += "<table><tr><th>event</th><th>call</th><th>size</th><th>driver calls</th>"
          "<th>driver ms</th><th>stack</th></tr>\n";
   }
   for (const costly_call& c : r.costliest) {
-    std::string frames;
-    if (c.frames != trace_op::no_frames) {
-      for (const std::string& f : trace.frames[c.frames]) frames += escape(f) + "<br>";
-    }
     std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(c.driver_ns) * 1e-6);
     o += "<tr><td>" + std::to_string(c.op) +
          (r.timeline.on && c.op >= r.timeline.second_half_op ? " (second half)" : "") +
          "</td><td>" + (c.alloc ? "alloc" : "free") + "</td><td>" + format_bytes(c.size) +
          "</td><td>" + std::to_string(c.driver_calls) + "</td><td>" + buf + "</td><td>" +
-         (frames.empty() ? "-" : frames) + "</td></tr>\n";
+         stack_cell(trace, c.frames) + "</td></tr>\n";
   }
   if (!r.costliest.empty()) o += "</table>\n";
   o += "<h2>Out of memory</h2>\n";
