@@ -26,9 +26,21 @@ constexpr std::uint64_t power(std::uint64_t base, std::size_t exponent) noexcept
 
 }  // namespace
 
+bool step_replay::resized(std::size_t r, std::size_t size) const noexcept {
+  if (!held(r)) return false;
+  const std::size_t was = at(r).size;
+  return was >= resized_min && size >= resized_min && was <= resized_ratio * size &&
+         size <= resized_ratio * was;
+}
+
 std::size_t step_replay::counterpart(std::size_t size) const noexcept {
   // Lost (several misses in a row): only a window's match realigns.
   if (cursor_ == none || misses_ >= resync_after) return none;
+  // A step whose shapes changed: the request in this one's place.
+  if (misses_ == 0 && resizing_ > 0 && resized(cursor_, size)) return cursor_;
+  if (misses_ >= resized_after && resized_misses_ == misses_ && resized(cursor_ + misses_, size)) {
+    return cursor_ + misses_;
+  }
   for (std::size_t r = cursor_; r < cursor_ + slack && held(r); ++r) {
     if (at(r).size == size) return r;
   }
@@ -85,6 +97,9 @@ void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t coun
   static constexpr std::uint64_t leaving = power(multiplier, window);
   const entry e{size, addr, counterpart, repairing_};
   repairing_ = false;
+  // On a miss: is the request in this one's place (a step ago) this one
+  // at another size? Asked before this one is recorded.
+  const bool in_place_resized = cursor_ != none && resized(cursor_ + misses_, size);
   if (history_.size() < capacity) {
     history_.push_back(e);  // within the capacity reserve() made
   } else {
@@ -94,10 +109,17 @@ void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t coun
   if (n_ >= window) hash_ -= leaving * mix(at(n_ - window).size);
   ++n_;
   if (counterpart != none) {
+    if (at(counterpart).size != size) {
+      resizing_ = resized_run;
+    } else if (resizing_ > 0) {
+      --resizing_;
+    }
     cursor_ = counterpart + 1;
     misses_ = 0;
-  } else if (cursor_ != none && ++misses_ >= resync_after && misses_ % resync_every == 0) {
-    resync();
+    resized_misses_ = 0;
+  } else if (cursor_ != none) {
+    if (resized_misses_ == misses_ && in_place_resized) ++resized_misses_;
+    if (++misses_ >= resync_after && misses_ % resync_every == 0) resync();
   }
   if (n_ >= window && (hash_ & 7) == 0) seed();
 }

@@ -30,6 +30,19 @@
 // content, so every step samples the same windows. Each entry keeps its
 // own counterpart: the request two steps back is one link further.
 //
+// A step whose shapes changed (dynamic padding: every activation sized by
+// the batch's sequence length) makes the same requests in the same order
+// at other sizes, so sizes stop matching, and where they do they can
+// mislead (the fp32 logits at one length are the bf16 logits' size at
+// twice it). After `resized_after` misses in a row, each a request of at
+// least `resized_min` bytes within `resized_ratio` of the request in its
+// place, the request in its place is the counterpart; for `resized_run`
+// requests after such a match (past the next step's start) the request at
+// the cursor is preferred, when it is within that ratio, to one of the
+// same size a few on. A request then goes back to the range of the one in
+// its place, and a shorter step's block takes the start of a longer one's
+// range (step_placement.cpp).
+//
 // Invariants: history entry r % capacity holds request r for the last
 // min(n, capacity) requests; the cursor, when set, is an earlier request.
 // Cost: record() is one hash step and, every 8th request, one table probe
@@ -93,6 +106,14 @@ class step_replay {
   static constexpr std::size_t resync_after = 4;
   static constexpr std::size_t resync_every = 4;  // while lost, a resync every so many requests
   static constexpr std::size_t resync_reach = 64;
+  // Steps whose shapes changed (above). resized_run outlasts a step (a
+  // training step makes a few hundred to a few thousand large requests), so
+  // the next step's first requests keep their places before a match of
+  // their own.
+  static constexpr std::size_t resized_min = std::size_t{4} << 20;
+  static constexpr std::size_t resized_ratio = 4;
+  static constexpr std::size_t resized_after = 2;
+  static constexpr std::size_t resized_run = 1024;
   static constexpr std::size_t count_span = 64;   // requests count() averages over
   static constexpr std::size_t count_one = 1024;  // one available request in available_
 
@@ -111,6 +132,9 @@ class step_replay {
   [[nodiscard]] const entry& at(std::size_t r) const noexcept { return history_[r % capacity]; }
   // True when request r is still in the history.
   [[nodiscard]] bool held(std::size_t r) const noexcept { return r < n_ && n_ - r <= capacity; }
+  // True when request r is held and it and a request of `size` bytes are
+  // both at least resized_min and within resized_ratio of each other.
+  [[nodiscard]] bool resized(std::size_t r, std::size_t size) const noexcept;
   // True when the `window` sizes before request n_ match those before `pos`.
   [[nodiscard]] bool windows_match(std::size_t pos) const noexcept;
   // Puts the cursor after an earlier window like the last one, if the
@@ -125,7 +149,9 @@ class step_replay {
   std::uint64_t hash_ = 0;   // of the last `window` sizes
   std::vector<seen> table_;  // sampled windows by hash; made by reserve()
   std::size_t cursor_ = none;
-  std::size_t misses_ = 0;     // requests in a row that matched nothing at the cursor
+  std::size_t misses_ = 0;          // requests in a row that matched nothing at the cursor
+  std::size_t resized_misses_ = 0;  // of them, those resized() from the request in their place
+  std::size_t resizing_ = 0;        // requests left to prefer the cursor (resized_run)
   std::size_t available_ = 0;  // x count_one: a moving sum of count() over ~count_span requests
   bool repairing_ = false;     // note_repair() since the last record()
 };

@@ -17,7 +17,7 @@ It is not a recording: sizes and order follow the model's shapes, not
 PyTorch's exact requests. Every step but the sequence length is the same,
 so with --min-seq equal to --max-seq the steps repeat exactly.
 
-    bench/dynamic_padding_trace.py --steps 40 --seed 1 > trace.json
+    bench/dynamic_padding_trace.py --steps 40 --seed 1 [--longest-first 1] > trace.json
     strata replay trace.json --timeline
 """
 import argparse
@@ -101,9 +101,14 @@ def main():
     ap.add_argument("--min-seq", type=int, default=512)
     ap.add_argument("--max-seq", type=int, default=1024)
     ap.add_argument("--multiple", type=int, default=64, help="sequence lengths are multiples of it")
+    ap.add_argument("--longest-first", type=int, default=0, metavar="N",
+                    help="the first N steps at --max-seq (the Trainer's group_by_length "
+                         "sampler puts the longest batch first)")
     a = ap.parse_args()
     if not 1 <= a.steps <= 10_000:
         ap.error("--steps must be 1 to 10000")
+    if not 0 <= a.longest_first <= a.steps:
+        ap.error("--longest-first must be 0 to --steps")
     if not 0 < a.multiple <= a.min_seq <= a.max_seq <= POSITIONS:
         ap.error(f"need 0 < --multiple <= --min-seq <= --max-seq <= {POSITIONS}")
     lengths = range(a.min_seq, a.max_seq + 1, a.multiple)
@@ -113,9 +118,10 @@ def main():
     for _ in range(LAYERS):
         params += [t.alloc(n * WIDTH * WIDTH * 4) for n in (3, 1, 4, 4)]
     state = {}
-    for _ in range(a.steps):
+    for k in range(a.steps):
         start = t.time
-        step(t, rng.choice(lengths), params, state)
+        seq = a.max_seq if k < a.longest_first else rng.choice(lengths)
+        step(t, seq, params, state)
         t.time = max(t.time, start + STEP_NS)
     json.dump({"events": t.events}, sys.stdout, separators=(",", ":"))
     sys.stdout.write("\n")

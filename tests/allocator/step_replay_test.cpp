@@ -107,6 +107,80 @@ TEST(StepReplay, ItRealignsAfterASpanThatDiffers) {
   for (std::size_t i = 200; i < 500; ++i) EXPECT_EQ(found[i], 500 + i) << i;
 }
 
+// A training step at sequence length `seq`, as dynamic padding changes it:
+// per layer five activations (7, 11, 13, 17 and 19 x 2 KiB a token, at
+// least 7 MiB at 512 tokens: no two equal at the lengths used below), an
+// fp32 and a bf16 block (32 and 16 KiB a token: the fp32 block of a
+// 512-token step has the bf16 block's size of a 1024-token one) and a
+// weight's gradient of fixed size; then the optimizer's temporaries, of
+// fixed sizes, which realign every step.
+std::vector<std::size_t> shaped_step(std::size_t seq) {
+  constexpr std::size_t kib = 1024;
+  constexpr std::size_t mib = kib * kib;
+  std::vector<std::size_t> sizes;
+  for (std::size_t layer = 0; layer < 40; ++layer) {
+    for (std::size_t f : {7, 11}) sizes.push_back(f * 2 * kib * seq);
+    sizes.push_back(32 * kib * seq);
+    sizes.push_back(16 * kib * seq);
+    for (std::size_t f : {13, 17, 19}) sizes.push_back(f * 2 * kib * seq);
+    sizes.push_back((3 + layer % 5) * mib);
+  }
+  for (std::size_t k = 0; k < 48; ++k) sizes.push_back((1 + k) * mib + 4 * kib * k);
+  return sizes;
+}
+
+TEST(StepReplay, AStepWhoseShapesChangedRepeatsTheRequestsInTheirPlaces) {
+  step_replay r;
+  std::uintptr_t base = 0x10000000;
+  for (int k = 0; k < 3; ++k, base += 0x10000000) run(r, shaped_step(1024), base);
+  const std::size_t n = shaped_step(1024).size();
+  const auto in_place = [&](std::size_t found, std::size_t i) {
+    return found != none && r.address(found) == base - 0x10000000 + i * 65536;
+  };
+  // The first step at another length: its first two requests miss (no
+  // size like theirs), then each repeats the one in its place, the fp32
+  // block too, though a bf16 block of its size is one request on.
+  const auto first = run(r, shaped_step(512), base);
+  EXPECT_EQ(first[0], none);
+  EXPECT_EQ(first[1], none);
+  for (std::size_t i = step_replay::resized_after; i < n; ++i) {
+    EXPECT_TRUE(in_place(first[i], i)) << "request " << i;
+  }
+  // Every later step, whatever its length, from its first request.
+  for (std::size_t seq : {768, 896, 640, 1024, 512}) {
+    base += 0x10000000;
+    const auto found = run(r, shaped_step(seq), base);
+    for (std::size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(in_place(found[i], i)) << seq << " tokens, request " << i;
+    }
+  }
+}
+
+TEST(StepReplay, SizesFarApartOrSmallAreNotTheSameRequest) {
+  step_replay r;
+  for (int k = 0; k < 3; ++k) run(r, shaped_step(1024), 0x10000000 + k * 0x10000000);
+  // Eight times the length: every activation is 8 x the one in its place.
+  const auto longer = run(r, shaped_step(8192), 0x40000000);
+  for (std::size_t i = 0; i < longer.size(); ++i) {
+    if (i % 8 != 7 && i < 320) {
+      EXPECT_EQ(longer[i], none) << i;
+    }
+  }
+  // Small requests that changed size: misses, as before.
+  step_replay s;
+  const auto sizes = step_sizes(400);
+  run(s, sizes, 0x10000000);
+  run(s, sizes, 0x20000000);
+  std::vector<std::size_t> halved = sizes;
+  for (std::size_t& z : halved) z = z < (std::size_t{4} << 20) ? z / 2 + 512 : z;
+  const auto found = run(s, halved, 0x30000000);
+  for (std::size_t i = 0; i < halved.size(); ++i) {
+    if (halved[i] != sizes[i]) {
+      EXPECT_EQ(found[i], none) << i;
+    }
+  }
+}
+
 TEST(StepReplay, TheHistoryWrapsAround) {
   // More requests than it holds: the counterparts stay one step back.
   step_replay r;

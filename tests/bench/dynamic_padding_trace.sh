@@ -32,7 +32,8 @@ check "$dir/varied.out.json" \
   "0 < d['peak_live_bytes'] <= d['modeled_pytorch_peak_reserved_bytes']['expandable_segments']" \
   "PyTorch's modeled reserve holds the live bytes"
 for case in "--steps 0|--steps must be 1 to 10000" "--min-seq 2048|--max-seq <= 1024" \
-  "--multiple 0|0 < --multiple" "--max-seq 100|--min-seq <= --max-seq" "--frob 1|unrecognized"; do
+  "--multiple 0|0 < --multiple" "--max-seq 100|--min-seq <= --max-seq" "--frob 1|unrecognized" \
+  "--longest-first 7 --steps 6|--longest-first must be 0 to --steps"; do
   args=${case%%|*}
   want=${case#*|}
   # shellcheck disable=SC2086
