@@ -76,6 +76,7 @@ void step_replay::resync() noexcept {
       if (windows_match(pos)) {
         cursor_ = pos;
         misses_ = 0;
+        resized_misses_ = 0;
         return;
       }
     }
@@ -89,6 +90,7 @@ void step_replay::seed() noexcept {
       (cursor_ == none || misses_ > 0) && windows_match(s.pos)) {
     cursor_ = s.pos;
     misses_ = 0;
+    resized_misses_ = 0;
   }
   s = {hash_, n_};
 }
