@@ -38,7 +38,7 @@ std::size_t step_replay::counterpart(std::size_t size) const noexcept {
   if (cursor_ == none || misses_ >= resync_after) return none;
   // A step whose shapes changed: the request in this one's place.
   if (misses_ == 0 && resizing_ > 0 && resized(cursor_, size)) return cursor_;
-  if (misses_ >= resized_after && resized_misses_ == misses_ && resized(cursor_ + misses_, size)) {
+  if (misses_ >= resized_after && misses_resized_ && resized(cursor_ + misses_, size)) {
     return cursor_ + misses_;
   }
   for (std::size_t r = cursor_; r < cursor_ + slack && held(r); ++r) {
@@ -76,7 +76,7 @@ void step_replay::resync() noexcept {
       if (windows_match(pos)) {
         cursor_ = pos;
         misses_ = 0;
-        resized_misses_ = 0;
+        misses_resized_ = true;
         return;
       }
     }
@@ -90,7 +90,7 @@ void step_replay::seed() noexcept {
       (cursor_ == none || misses_ > 0) && windows_match(s.pos)) {
     cursor_ = s.pos;
     misses_ = 0;
-    resized_misses_ = 0;
+    misses_resized_ = true;
   }
   s = {hash_, n_};
 }
@@ -99,8 +99,10 @@ void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t coun
   static constexpr std::uint64_t leaving = power(multiplier, window);
   const entry e{size, addr, counterpart, repairing_};
   repairing_ = false;
-  // On a miss: is the request in this one's place (a step ago) this one
-  // at another size? Asked before this one is recorded.
+  // Asked before this one is recorded (it may take the oldest's slot): did
+  // it repeat a request of another size; on a miss, is the request in its
+  // place (a step ago) this one at another size?
+  const bool resized_match = counterpart != none && at(counterpart).size != size;
   const bool in_place_resized = cursor_ != none && resized(cursor_ + misses_, size);
   if (history_.size() < capacity) {
     history_.push_back(e);  // within the capacity reserve() made
@@ -111,16 +113,16 @@ void step_replay::record(std::size_t size, std::uintptr_t addr, std::size_t coun
   if (n_ >= window) hash_ -= leaving * mix(at(n_ - window).size);
   ++n_;
   if (counterpart != none) {
-    if (at(counterpart).size != size) {
+    if (resized_match) {
       resizing_ = resized_run;
     } else if (resizing_ > 0) {
       --resizing_;
     }
     cursor_ = counterpart + 1;
     misses_ = 0;
-    resized_misses_ = 0;
+    misses_resized_ = true;
   } else if (cursor_ != none) {
-    if (resized_misses_ == misses_ && in_place_resized) ++resized_misses_;
+    misses_resized_ = misses_resized_ && in_place_resized;
     if (++misses_ >= resync_after && misses_ % resync_every == 0) resync();
   }
   if (n_ >= window && (hash_ & 7) == 0) seed();

@@ -149,11 +149,11 @@ class step_replay {
   std::uint64_t hash_ = 0;   // of the last `window` sizes
   std::vector<seen> table_;  // sampled windows by hash; made by reserve()
   std::size_t cursor_ = none;
-  std::size_t misses_ = 0;          // requests in a row that matched nothing at the cursor
-  std::size_t resized_misses_ = 0;  // of them, those resized() from the request in their place
-  std::size_t resizing_ = 0;        // requests left to prefer the cursor (resized_run)
-  std::size_t available_ = 0;  // x count_one: a moving sum of count() over ~count_span requests
-  bool repairing_ = false;     // note_repair() since the last record()
+  std::size_t misses_ = 0;      // requests in a row that matched nothing at the cursor
+  bool misses_resized_ = true;  // each of them resized() from the request in its place
+  std::size_t resizing_ = 0;    // requests left to prefer the cursor (resized_run)
+  std::size_t available_ = 0;   // x count_one: a moving sum of count() over ~count_span requests
+  bool repairing_ = false;      // note_repair() since the last record()
 };
 
 }  // namespace strata
