@@ -16,6 +16,7 @@
 #include "plan_setups.hpp"
 #include "pytorch_model/pytorch_allocator.hpp"
 #include "replay/alloc_trace.hpp"
+#include "replay/replayer.hpp"
 
 namespace strata::plan {
 namespace {
@@ -124,17 +125,7 @@ TEST(PlanCalibration, PyTorchAllocatorModelsMatchTheSnapshots) {
     ASSERT_TRUE(t->seeds.empty()) << "recorded from the start";
     for (const auto m :
          {pytorch_allocator_model::mode::native, pytorch_allocator_model::mode::expandable}) {
-      pytorch_allocator_model model(m);
-      std::unordered_map<std::uint64_t, std::uint32_t> live;
-      for (const replay::trace_op& op : t->ops) {
-        if (op.kind == replay::op_kind::alloc) {
-          live[op.addr] = model.allocate(op.size);
-        } else if (auto it = live.find(op.addr); it != live.end()) {
-          model.free(it->second);
-          live.erase(it);
-        }
-      }
-      const double gib = static_cast<double>(model.peak_reserved()) / (1ULL << 30);
+      const double gib = static_cast<double>(replay::modeled_peak_reserved(*t, m)) / (1ULL << 30);
       const double want =
           m == pytorch_allocator_model::mode::native ? c.native_gib : c.expandable_gib;
       if (want > 0) {

@@ -156,8 +156,9 @@ TEST(ReplayTimeline, TheCostliestCallsAreTheOnesThatCalledTheDriver) {
   ASSERT_EQ(r->costliest.size(), 1U);
   const costly_call& c = r->costliest.front();
   EXPECT_EQ(c.op, 0U);
-  EXPECT_TRUE(c.alloc);
-  EXPECT_EQ(c.size, std::uint64_t{4} << 20);
+  EXPECT_EQ(t.ops[c.op].kind, op_kind::alloc);
+  EXPECT_EQ(t.ops[c.op].size, std::uint64_t{4} << 20);
+  EXPECT_FALSE(c.second_half);
   EXPECT_EQ(c.driver_calls, 7U);
   EXPECT_NEAR(static_cast<double>(c.driver_ns) * 1e-6, r->timeline.added_ms, 1e-6);
   EXPECT_TRUE(r->costliest_second_half.empty());

@@ -177,12 +177,12 @@ std::string report_html(const alloc_trace& trace, const replay_result& r) {
          "<th>driver ms</th><th>stack</th></tr>\n";
   }
   for (const costly_call& c : r.costliest) {
+    const trace_op& op = trace.ops[c.op];
     std::snprintf(buf, sizeof buf, "%.2f", static_cast<double>(c.driver_ns) * 1e-6);
-    o += "<tr><td>" + std::to_string(c.op) +
-         (r.timeline.on && c.op >= r.timeline.second_half_op ? " (second half)" : "") +
-         "</td><td>" + (c.alloc ? "alloc" : "free") + "</td><td>" + format_bytes(c.size) +
+    o += "<tr><td>" + std::to_string(c.op) + (c.second_half ? " (second half)" : "") + "</td><td>" +
+         (op.kind == op_kind::alloc ? "alloc" : "free") + "</td><td>" + format_bytes(op.size) +
          "</td><td>" + std::to_string(c.driver_calls) + "</td><td>" + buf + "</td><td>" +
-         stack_cell(trace, c.frames) + "</td></tr>\n";
+         stack_cell(trace, op.frames) + "</td></tr>\n";
   }
   if (!r.costliest.empty()) o += "</table>\n";
   o += "<h2>Out of memory</h2>\n";

@@ -69,19 +69,19 @@ std::string costly_json(const alloc_trace& trace, const replay_result& r,
   std::string out = "[";
   for (const costly_call& c : calls) {
     if (out.size() > 1) out += ',';
+    const trace_op& op = trace.ops[c.op];
     std::string frames = "[";
-    if (c.frames != trace_op::no_frames) {
-      for (const std::string& f : trace.frames[c.frames]) {
+    if (op.frames != trace_op::no_frames) {
+      for (const std::string& f : trace.frames[op.frames]) {
         frames += (frames.size() > 1 ? "," : "") + json_string(f);
       }
     }
     out += "{\"event\":" + std::to_string(c.op) +
-           ",\"action\":" + (c.alloc ? "\"alloc\"" : "\"free\"") +
-           ",\"size\":" + std::to_string(c.size) + ",\"stream\":" + std::to_string(c.stream) +
+           ",\"action\":" + (op.kind == op_kind::alloc ? "\"alloc\"" : "\"free\"") +
+           ",\"size\":" + std::to_string(op.size) + ",\"stream\":" + std::to_string(op.stream) +
            ",\"driver_calls\":" + std::to_string(c.driver_calls) +
            ",\"driver_ms\":" + number(static_cast<double>(c.driver_ns) * 1e-6) +
-           ",\"second_half\":" +
-           (r.timeline.on ? (c.op >= r.timeline.second_half_op ? "true" : "false") : "null") +
+           ",\"second_half\":" + (r.timeline.on ? (c.second_half ? "true" : "false") : "null") +
            ",\"frames\":" + frames + "]}";
   }
   return out + "]";
@@ -96,13 +96,13 @@ std::string timeline_line(const timeline_result& t) {
          std::to_string(t.second_half_driver_calls) + " driver calls";
 }
 
-std::string costly_text(const costly_call& c, const replay_result& r, bool mark_second_half) {
-  std::string t = "event " + std::to_string(c.op) + ": " + (c.alloc ? "alloc " : "free ") +
-                  format_bytes(c.size) + ", " + std::to_string(c.driver_calls) + " driver calls, " +
+std::string costly_text(const alloc_trace& trace, const costly_call& c, bool mark_second_half) {
+  const trace_op& op = trace.ops[c.op];
+  std::string t = "event " + std::to_string(c.op) + ": " +
+                  (op.kind == op_kind::alloc ? "alloc " : "free ") + format_bytes(op.size) + ", " +
+                  std::to_string(c.driver_calls) + " driver calls, " +
                   fixed(static_cast<double>(c.driver_ns) * 1e-6, 2) + " ms";
-  if (mark_second_half && r.timeline.on && c.op >= r.timeline.second_half_op) {
-    t += " (second half)";
-  }
+  if (mark_second_half && c.second_half) t += " (second half)";
   return t;
 }
 
@@ -174,14 +174,14 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
        std::to_string(r.device_waits) + " (" + fixed(r.device_wait_ms, 1) + " ms)");
   if (r.costliest.empty()) line("costliest calls (driver time)", "none called the driver");
   for (std::size_t i = 0; i < std::min(r.costliest.size(), costliest_in_text); ++i) {
-    line(i == 0 ? "costliest calls (driver time)" : "", costly_text(r.costliest[i], r, true));
+    line(i == 0 ? "costliest calls (driver time)" : "", costly_text(trace, r.costliest[i], true));
   }
   if (r.timeline.on && r.costliest_second_half.empty()) {
     line("costliest in the second half", "none called the driver");
   }
   for (std::size_t i = 0; i < std::min(r.costliest_second_half.size(), costliest_in_text); ++i) {
     line(i == 0 ? "costliest in the second half" : "",
-         costly_text(r.costliest_second_half[i], r, false));
+         costly_text(trace, r.costliest_second_half[i], false));
   }
   if (!trace.failures.empty()) {
     line("recording allocator's OOMs", std::to_string(trace.failures.size()));

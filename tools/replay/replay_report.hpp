@@ -25,10 +25,10 @@ namespace strata::replay {
 /// the trace ends in no repeated step.
 [[nodiscard]] std::string steady_text(const timeline_result::steady_state& s);
 
-/// One of the costliest calls in words: "event N: alloc 1.53 GiB, K driver
-/// calls, T ms", and with `mark_second_half`, for a call in a timeline
-/// replay's second half, " (second half)".
-[[nodiscard]] std::string costly_text(const costly_call& c, const replay_result& r,
+/// One of the costliest calls of a replay of `trace` in words: "event N:
+/// alloc 1.53 GiB, K driver calls, T ms", and with `mark_second_half`, for
+/// a call in a timeline replay's second half, " (second half)".
+[[nodiscard]] std::string costly_text(const alloc_trace& trace, const costly_call& c,
                                       bool mark_second_half);
 
 /// How many of replay_result::costliest the text report lists.

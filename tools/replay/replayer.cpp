@@ -9,7 +9,6 @@
 #include <numeric>
 #include <unordered_map>
 
-#include "pytorch_model/pytorch_allocator.hpp"
 #include "second_thread.hpp"
 #include "step_cycle.hpp"
 
@@ -104,8 +103,7 @@ class run {
   // costliest) if the driver calls made since `before` cost enough.
   void note_cost(std::size_t i, const driver_call_totals& before, bool second_half) {
     const driver_call_totals after = a_.dev().call_totals();
-    const trace_op& op = trace_.ops[i];
-    costly_call c{i, op.kind == op_kind::alloc, op.size, op.stream, op.frames, 0, 0};
+    costly_call c{i, second_half, 0, 0};
     for (std::size_t k = 0; k < driver_call_kinds; ++k) {
       c.driver_calls += after[k].calls - before[k].calls;
       c.driver_ns += after[k].ns - before[k].ns;
@@ -340,9 +338,9 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   return {};
 }
 
-// PyTorch's allocator, modeled over the seeds and then the ops: its peak
-// reserved bytes.
-std::uint64_t modeled_peak(const alloc_trace& trace, pytorch_allocator_model::mode m) {
+}  // namespace
+
+std::uint64_t modeled_peak_reserved(const alloc_trace& trace, pytorch_allocator_model::mode m) {
   pytorch_allocator_model model(m);
   std::unordered_map<std::uint64_t, std::uint32_t> live;
   const auto allocate = [&](const trace_op& op) {
@@ -361,8 +359,6 @@ std::uint64_t modeled_peak(const alloc_trace& trace, pytorch_allocator_model::mo
   }
   return model.peak_reserved();
 }
-
-}  // namespace
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
   if (options.warmup > max_warmup) {
@@ -439,8 +435,9 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.cpu_ns_mean = mean_of_last(first.call_ns, first.call_ns.size());
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
-  r.modeled_native_peak = modeled_peak(trace, pytorch_allocator_model::mode::native);
-  r.modeled_expandable_peak = modeled_peak(trace, pytorch_allocator_model::mode::expandable);
+  r.modeled_native_peak = modeled_peak_reserved(trace, pytorch_allocator_model::mode::native);
+  r.modeled_expandable_peak =
+      modeled_peak_reserved(trace, pytorch_allocator_model::mode::expandable);
   made->reset();
   if (options.timeline && options.steady_repeats > 0) {
     auto s = replay_steady_state(trace, options, r.timeline.steady);

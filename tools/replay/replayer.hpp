@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "alloc_trace.hpp"
+#include "pytorch_model/pytorch_allocator.hpp"
 #include "strata/strata.hpp"
 #include "timeline.hpp"
 
@@ -96,17 +97,14 @@ struct live_block {
 };
 
 /// An allocator call of the measured pass that called the driver: which
-/// op, what it asked for, and the driver calls it made with their time (the
-/// device's counters just before and after it: every kind, the memory
-/// calls, the event calls and the waits for queued work). On a timing-only
-/// sim device the time is the modeled one, what the calls cost on the GPU
-/// the device models.
+/// op of the trace (its kind, size, stream and stack are the op's), and
+/// the driver calls it made with their time (the device's counters just
+/// before and after it: every kind, the memory calls, the event calls and
+/// the waits for queued work). On a timing-only sim device the time is the
+/// modeled one, what the calls cost on the GPU the device models.
 struct costly_call {
   std::size_t op = 0;        // index into the trace's ops
-  bool alloc = true;         // an allocation; false: a free
-  std::uint64_t size = 0;    // bytes requested (a free: the block's)
-  std::uint64_t stream = 0;  // the recorded stream
-  std::uint32_t frames = trace_op::no_frames;
+  bool second_half = false;  // with replay_options::timeline: in the second half
   std::uint64_t driver_calls = 0;
   std::uint64_t driver_ns = 0;
 };
@@ -150,11 +148,18 @@ struct replay_result {
   /// The measured pass's calls with the most driver time, costliest first
   /// (an earlier op first among equals), at most costliest_kept.
   std::vector<costly_call> costliest;
-  /// With replay_options::timeline: the same of the second half's calls
-  /// (timeline_result::second_half_op on), what a step settled or not
-  /// still costs.
+  /// With replay_options::timeline: the same of the second half's calls,
+  /// what a step settled or not still costs.
   std::vector<costly_call> costliest_second_half;
 };
+
+/// What PyTorch's caching allocator would reserve at its peak for
+/// `trace`'s requests, modeled (pytorch_model/pytorch_allocator.hpp): the
+/// seeds first, then the ops; an allocation at a live address frees the
+/// block there first, as the replay does. Bytes. Thread safety: a pure
+/// function.
+[[nodiscard]] std::uint64_t modeled_peak_reserved(const alloc_trace& trace,
+                                                  pytorch_allocator_model::mode m);
 
 /// Replays `trace`. Errors, each naming its cause: "--device: ..." or
 /// "--conf: ..." for the options, "FILE: event N: ..." for a device failure

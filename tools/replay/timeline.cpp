@@ -158,7 +158,6 @@ result<timeline_result> timeline_pacer::finish() {
   r.trace_ms = trace_s(end_ns_) * 1e3;
   r.added_ms = added * 1e3;
   r.second_half_trace_ms = (trace_s(end_ns_) - trace_s(tail_ns_)) * 1e3;
-  r.second_half_op = tail_op_;
   // Both delays are differences of clock readings in seconds: what is left
   // under a nanosecond (the clocks' resolution) is rounding, not delay.
   const double second_half = added - tail_delay_;

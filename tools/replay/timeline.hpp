@@ -34,7 +34,6 @@ struct timeline_result {
   double trace_ms = 0;
   double added_ms = 0;
   double second_half_trace_ms = 0;
-  std::size_t second_half_op = 0;  // the op the second half begins at
   double second_half_added_ms = 0;
   std::uint64_t driver_calls = 0;  // memory driver calls (reserve ... set_access)
   std::uint64_t second_half_driver_calls = 0;
