@@ -32,6 +32,7 @@ def offload_step(args, model, data, held):
 
     off = strata_torch.offload(model, lr=1e-4, adamw=True, weight_decay=0.01,
                                adam=args.offload_adam)
+    held["offload"] = off
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "amp"):
@@ -69,6 +70,25 @@ def fsdp_step(_args, model, data, held):
     return step
 
 
+def offload_state(held):
+    """What an offloaded run holds after its steps (or where one failed):
+    the tiers' and the prefetcher's counters, and how many parameters are
+    held for backward or have a gradient in .grad (taken at step(), not in
+    backward). None for a mode that is not Strata's offload."""
+    off = held.get("offload")
+    if off is None:
+        return None
+    params = [p for p, *_handles in off._params]  # pylint: disable=protected-access
+    state = {"held_for_backward": len(off._backward),  # pylint: disable=protected-access
+             "gradients_in_grad": sum(p.grad is not None for p in params),
+             "parameters": len(params)}
+    try:
+        state.update(off.stats())
+    except Exception as e:  # noqa: BLE001 - the counters of a broken run are a bonus
+        state["stats_error"] = str(e)[:200]
+    return state
+
+
 def make_step(args, model, data, held):
     """The step of offloaded mode args.child over `model`, built on the host."""
     if args.child == "offload":
@@ -81,6 +101,17 @@ def max_loss_difference(result, reference):
     a, b = result.get("losses") or [], reference.get("losses") or []
     n = min(len(a), len(b))
     return max(abs(x - y) for x, y in zip(a[:n], b[:n])) if n else None
+
+
+def gradients_line(results):
+    """offload: gradients taken in backward N, after backward M (the
+    offload's last state; M above 0 means parameters stayed held, with
+    their gradients in .grad, to the end of backward)."""
+    taken = ((results.get("offload") or {}).get("offload_state") or {}).get("gradients")
+    if not taken:
+        return "offload: gradients taken n/a"
+    return (f"offload: gradients taken in backward {taken['in_backward']}, "
+            f"after backward {taken['after_backward']}")
 
 
 def summary_line(results, reference, step_time, ratio):

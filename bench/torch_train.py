@@ -218,6 +218,10 @@ def child(args):
                 per_step.append(strata_torch.memory_stats())
     except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
         result["oom"] = str(e).splitlines()[0][:300]
+        result["oom_text"] = str(e)[:6000]
+    state = torch_offload_modes.offload_state(held)
+    if state is not None:
+        result["offload_state"] = state
     if args.strata_trace and args.child == "strata":
         with open(args.strata_trace, "w") as f:
             json.dump(strata_torch.trace(), f)
@@ -422,6 +426,8 @@ def main():
         print_mode("native uncapped (the losses offloading must keep)", reference)
         results["native_uncapped"] = reference
         print(torch_offload_modes.summary_line(results, reference, step_time, ratio))
+        if "offload" in results:
+            print(torch_offload_modes.gradients_line(results))
     if args.json:
         out = {"args": vars(args), "results": results}
         if args.rounds > 1:

@@ -4,7 +4,8 @@ check against the same model and seed trained plainly
 (offload_test_model.py's Model, batches and tiers):
 
   - after backward every .grad is None and the gradients are Strata's
-    buffers, some of them spilled off the device; off.gradients() equals
+    buffers, some of them spilled off the device, each taken in backward
+    (stats()["gradients"]); off.gradients() equals
     the plain model's .grad bit for bit (same operations, same order);
   - two backward passes before step() (gradient accumulation) sum as
     PyTorch's .grad does, bit for bit, and zero_grad() forgets them;
@@ -69,12 +70,13 @@ def held_in_tiers(nvme_dir):
         backward(model, 0)
         left = [n for n, p in model.named_parameters() if p.grad is not None]
         places = {off.where(f"{n}.grad") for n, _p in model.named_parameters()}
+        taken = off.stats()["gradients"]
         one = off.gradients()
         backward(model, 1)
         two = off.gradients()
         off.zero_grad()
         none = off.gradients()
-        return left, places, one, two, none
+        return left, places, taken, one, two, none
     finally:
         off.close()
 
@@ -142,8 +144,11 @@ def misuse(nvme_dir):
 def main():
     nvme_dir = os.environ.get("STRATA_TEST_SCRATCH_DIR", "/var/tmp") + "/torch-offload-grads"
     os.makedirs(nvme_dir, exist_ok=True)
-    left, places, one, two, none = held_in_tiers(nvme_dir)
+    left, places, taken, one, two, none = held_in_tiers(nvme_dir)
     check("no .grad is left after backward", not left, str(left[:4]))
+    params = len(list(Model().parameters()))
+    check("every gradient was taken in backward, as autograd accumulated it",
+          taken == {"in_backward": params, "after_backward": 0}, str(taken))
     check("some gradients left the device", places - {"device"}, str(places))
     for label, got, want in (("one backward", one, plain_grads(1)),
                              ("two backward passes", two, plain_grads(2))):

@@ -195,6 +195,7 @@ class Offload(ModuleHooks):
         self._accumulators: List[Any] = []  # the parameters' AccumulateGrad nodes, kept alive
         self._saving: Any = None  # the saved-tensor hooks while a forward runs, and its module
         self._backward_running = False  # a hook of this step's backward has run
+        self._taken = {"in_backward": 0, "after_backward": 0}
         self._closed = False
         try:
             # On sim the allocator obeys conf's allocator keys too
@@ -205,14 +206,13 @@ class Offload(ModuleHooks):
         except BaseException:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
             raise
-        for p, *_handles in self._params:
+        for p, h, *_handles in self._params:
             _owner[id(p)] = self
             if p.requires_grad:
                 # After autograd accumulates p's gradient nothing in this
                 # backward uses p's value: its buffer may go. The node is
                 # kept: autograd holds it weakly.
-                with torch.enable_grad():
-                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc = self._accumulator(p, h)
                 acc.register_hook(lambda _gi, _go, p=p: self._accumulated(p))
                 self._accumulators.append(acc)
                 self._hooks.append(p.register_hook(lambda g, p=p: self._grad_arrives(p, g)))
@@ -228,6 +228,23 @@ class Offload(ModuleHooks):
                 self._hooks.append(module.register_forward_pre_hook(self._before_forward))
                 self._hooks.append(module.register_forward_hook(self._after_forward))
         self._hooks.append(model.register_forward_hook(self._forward_ends))
+
+    def _accumulator(self, p, h):
+        """p's AccumulateGrad node, made while p views its buffer: on the
+        device it will have from now on, with its shape. Autograd drops
+        the node of a parameter whose .data moves to another device (the
+        model's CPU copy to CUDA): hooks on a node made before the move
+        would never run, and p's gradient would stay in .grad, p held,
+        until step(). Autograd checks each gradient against the node's
+        shape, so the node is not made over the empty placeholder."""
+        ptr = self._t.acquire(h, AccessMode.READ_ONLY, through_prefetcher=False)
+        try:
+            p.data = self._t.view(ptr, self._shapes[id(p)])
+            with torch.enable_grad():
+                return p.expand_as(p).grad_fn.next_functions[0][0]
+        finally:
+            p.data = torch.empty(0, dtype=p.dtype, device=self._device)
+            self._t.release(h, through_prefetcher=False)
 
     def _register_all(self, model):
         """Each parameter's bytes, two zeroed moments, (bf16) its fp32
@@ -422,8 +439,13 @@ class Offload(ModuleHooks):
         return self._t.text(self._t.lib.strata_memory_summary, self._t.alloc)
 
     def stats(self) -> Dict[str, Dict[str, Any]]:
-        """The residency manager's and the prefetcher's counters."""
-        out = {}
+        """The residency manager's counters ("offload"), the prefetcher's
+        ("prefetch") and the gradients moved into their buffers
+        ("gradients"): "in_backward", as autograd accumulated each, or
+        "after_backward", taken from .grad by step(), gradients() or
+        clip_grad_norm_() (a parameter whose gradient stayed in .grad was
+        held on the device, with that gradient, to the end of backward)."""
+        out: Dict[str, Dict[str, Any]] = {"gradients": dict(self._taken)}
         for name, fn, handle in (("offload", self._t.lib.strata_residency_stats_json, self._t.res),
                                  ("prefetch", self._t.lib.strata_prefetcher_stats_json,
                                   self._t.fetch)):

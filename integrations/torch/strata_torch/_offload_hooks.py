@@ -69,6 +69,12 @@ class ModuleHooks:
     _saving: Any
     _backward_running: bool
     _closed: bool
+    # Gradients moved into their buffers: by the hook that runs once
+    # autograd accumulated them ("in_backward"), or later from .grad, at
+    # step(), gradients() or clip_grad_norm_() ("after_backward": each of
+    # those held its parameter and its PyTorch tensor on the device
+    # through the rest of backward)
+    _taken: Dict[str, int]
 
     def _hold(self, p):
         """One more use of p's buffer; p.data points at it."""
@@ -195,6 +201,7 @@ class ModuleHooks:
             return
         if p.grad is not None and id(p) in self._grads:
             self._take_gradient(p)
+            self._taken["in_backward"] += 1
         if self._backward.pop(id(p), None) is not None:
             self._drop(p)
 
@@ -238,6 +245,7 @@ class ModuleHooks:
         for p, *_handles in self._params:
             if p.grad is not None:
                 self._take_gradient(p)
+                self._taken["after_backward"] += 1
 
     def _gradient(self, p, mode, through_prefetcher=True):
         """p's gradient buffer acquired where its update reads it (the
