@@ -3,7 +3,8 @@
 // The chain's first steps (reclaim, stitch, create, wait) run inside place()
 // under the mutex. When they fail, the pressure handlers are called with
 // the mutex released (a handler frees memory through this allocator), the
-// request is retried once if they freed anything, and only then does the
+// request is retried while they free something (asked again, for more,
+// after each retry that fails), and only then does the
 // OOM stand: counted, traced, logged once to stderr, kept as the last OOM.
 #include <algorithm>
 #include <chrono>
@@ -49,18 +50,36 @@ result<void*> caching_allocator::allocate_or_relieve(thread_cache& tc, std::size
   if (r || !r.report()) return std::move(r).take();
   oom_report report = std::move(*r.report());
 
-  // The handlers are asked for what the request lacks, at least a page.
-  const auto relief = handlers_.relieve(
-      std::max(report.needed > report.obtainable ? report.needed - report.obtainable : 0,
-               pages_.granularity()));
-  if (relief.freed > 0) {
+  // The handlers are asked for what the request lacks, at least a page,
+  // and asked again while they free something and the retry still fails:
+  // bytes they free may share pages with live blocks (a spilled buffer
+  // smaller than a page, or one not page-aligned), so freeing what the
+  // request lacks need not free whole pages. Each ask is at least twice
+  // the one before, so the rounds are few (about log2 of the memory the
+  // handlers hold over the request's shortfall); they end once the
+  // handlers free nothing.
+  pressure_handlers::outcome relief;
+  std::size_t ask = 0;
+  for (;;) {
+    const std::size_t lacking =
+        report.needed > report.obtainable ? report.needed - report.obtainable : 0;
+    ask = std::max({lacking, pages_.granularity(),
+                    ask > std::numeric_limits<std::size_t>::max() / 2
+                        ? std::numeric_limits<std::size_t>::max()
+                        : 2 * ask});
+    const auto round = handlers_.relieve(ask);
+    relief.asked += round.asked;
+    relief.freed += round.freed;
+    relief.failures += round.failures;
+    if (round.freed == 0) break;
     {
       std::lock_guard lock(mu_);
       ++stats_.num_alloc_retries;
     }
     auto again = allocate_locked(tc, bytes, native);
     if (again || again.error().code() != errc::out_of_memory) return std::move(again).take();
-    if (again.report()) report = std::move(*again.report());
+    if (!again.report()) return std::move(again).take();
+    report = std::move(*again.report());
   }
 
   std::string text;

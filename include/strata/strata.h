@@ -115,7 +115,10 @@ STRATA_C_API strata_status strata_snapshot_pickle(strata_allocator* a, char** ou
 
 /* A pressure handler: asked to free `bytes` of device memory when a request
  * would fail; returns the bytes it freed. Runs on the failing thread with no
- * allocator lock held and may free through the allocator. */
+ * allocator lock held and may free through the allocator. While handlers
+ * free something and the retry still fails (freed bytes may share pages
+ * with live blocks), they are asked again, each time for at least twice as
+ * much. */
 typedef size_t (*strata_pressure_fn)(void* context, size_t bytes);
 /* Registers `fn` (not NULL) with `context`; `*id` names it for removal. */
 STRATA_C_API strata_status strata_add_pressure_handler(strata_allocator* a, strata_pressure_fn fn,

@@ -147,8 +147,10 @@ class STRATA_API allocator {
   /// Registers a handler asked to free `bytes` of device memory when a
   /// request would fail; it returns the bytes it freed, runs on the failing
   /// thread without any allocator lock held, and may free through this
-  /// allocator. A handler that throws counts as freeing nothing. Returns an
-  /// id for remove_pressure_handler.
+  /// allocator. A handler that throws counts as freeing nothing. While the
+  /// handlers free something and the retry still fails (freed bytes may
+  /// share pages with live blocks), they are asked again, each time for at
+  /// least twice as much. Returns an id for remove_pressure_handler.
   std::uint64_t add_pressure_handler(std::function<std::size_t(std::size_t bytes)> handler);
   /// Throws `error` (invalid_argument) for an unknown id.
   void remove_pressure_handler(std::uint64_t id);
