@@ -9,17 +9,18 @@
 // a page. Whether the driver's per-page price falls when a run holds many
 // pages (one cuMemCreate, one cuMemMap, one cuMemSetAccess for 64 MiB) is
 // what decides if larger runs would cut a cold step's cost; this measures
-// it. Each page of a run may still be mapped on its own elsewhere (a run
-// is mapped at an offset), as stitching does, and that is measured too.
+// it. A run already mapped is mapped again at a second range, as
+// stitching maps a page it already holds elsewhere: the driver maps a run
+// only whole, from its start (an offset into a run is
+// CUDA_ERROR_NOT_SUPPORTED, seen on an H200 with driver 580).
 //
 // For each run size, `--bytes` of memory as runs of that size:
 //   create       create_pages(run), bytes / run times
 //   map          each run mapped whole at consecutive addresses
 //   set_access   one call over the whole range
-//   map again    every page mapped again at a second range, one call a
-//                page (at its offset in its run)
+//   map again    every run mapped again at a second range, one call a run
 //   set_access again  one call over the second range
-//   unmap again  the second range, one call a page
+//   unmap again  the second range, one call a run
 //   unmap        the first range, one call a run
 //   release      every run
 // each as microseconds per granularity page (device::call_totals: real
@@ -135,13 +136,13 @@ std::array<double, phases> measure(strata::device& dev, std::size_t bytes, std::
   done(map);
   check(dev.set_access(first, bytes), "set_access");
   done(set_access);
-  for (std::size_t j = 0; j < pages; ++j) {
-    check(dev.map(second + j * g, g, made[j * g / run], j * g % run), "map again");
+  for (std::size_t i = 0; i < n; ++i) {
+    check(dev.map(second + i * run, run, made[i], 0), "map again");
   }
   done(map_again);
   check(dev.set_access(second, bytes), "set_access again");
   done(set_access_again);
-  for (std::size_t j = 0; j < pages; ++j) check(dev.unmap(second + j * g, g), "unmap again");
+  for (std::size_t i = 0; i < n; ++i) check(dev.unmap(second + i * run, run), "unmap again");
   done(unmap_again);
   for (std::size_t i = 0; i < n; ++i) check(dev.unmap(first + i * run, run), "unmap");
   done(unmap);
