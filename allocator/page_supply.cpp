@@ -174,7 +174,7 @@ status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t
     std::size_t k = j;
     status s;
     for (; k < end; ++k) {
-      s = dev_.map(arena.page_addr(indices[k]), g, table_.run(pages[k]), 0);
+      s = dev_.map(arena.page_addr(indices[k]), g, table_.run(pages[k]));
       if (!s.ok()) break;
     }
     if (s.ok()) s = dev_.set_access(va, (end - j) * g);

@@ -132,12 +132,12 @@ std::array<double, phases> measure(strata::device& dev, std::size_t bytes, std::
   made.reserve(n);
   for (std::size_t i = 0; i < n; ++i) made.push_back(take(dev.create_pages(run), "create_pages"));
   done(create);
-  for (std::size_t i = 0; i < n; ++i) check(dev.map(first + i * run, run, made[i], 0), "map");
+  for (std::size_t i = 0; i < n; ++i) check(dev.map(first + i * run, run, made[i]), "map");
   done(map);
   check(dev.set_access(first, bytes), "set_access");
   done(set_access);
   for (std::size_t i = 0; i < n; ++i) {
-    check(dev.map(second + i * run, run, made[i], 0), "map again");
+    check(dev.map(second + i * run, run, made[i]), "map again");
   }
   done(map_again);
   check(dev.set_access(second, bytes), "set_access again");

@@ -186,7 +186,7 @@ status cuda_device::do_release_pages(page_run run) {
   return {};
 }
 
-status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run) {
   {
     // The driver maps past a reservation's end (it checks only that the
     // range is reserved by someone), after which freeing the reservation
@@ -205,7 +205,7 @@ status cuda_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, s
     }
   }
   context_scope scope(*this);
-  if (CUresult r = drv_.mem_map(dptr(va), bytes, offset, run.id, 0); r != CUDA_SUCCESS) {
+  if (CUresult r = drv_.mem_map(dptr(va), bytes, 0, run.id, 0); r != CUDA_SUCCESS) {
     return drv_.error("cuMemMap", r);
   }
   std::lock_guard lock(mu_);

@@ -52,7 +52,7 @@ class cuda_device final : public device {
   status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;
   result<page_run> do_create_pages(std::size_t bytes) override;
   status do_release_pages(page_run run) override;
-  status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) override;
+  status do_map(std::uintptr_t va, std::size_t bytes, page_run run) override;
   status do_unmap(std::uintptr_t va, std::size_t bytes) override;
   status do_set_access(std::uintptr_t va, std::size_t bytes) override;
   result<stream_handle> do_create_stream() override;

@@ -102,16 +102,15 @@ status device::release_pages(page_run run) {
   return counted(driver_call::release_pages, [&] { return do_release_pages(run); });
 }
 
-status device::map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+status device::map(std::uintptr_t va, std::size_t bytes, page_run run) {
   if (va == 0 || bytes == 0) return invalid("map: null address or zero size");
   if (auto s = check_granular("map: address", va); !s) return s;
   if (auto s = check_granular("map: size", bytes); !s) return s;
-  if (auto s = check_granular("map: offset", offset); !s) return s;
-  if (offset > run.bytes || bytes > run.bytes - offset) {
-    return invalid("map: offset " + std::to_string(offset) + " + size " + std::to_string(bytes) +
-                   " exceeds the page run's " + std::to_string(run.bytes) + " bytes");
+  if (bytes > run.bytes) {
+    return invalid("map: size " + std::to_string(bytes) + " exceeds the page run's " +
+                   std::to_string(run.bytes) + " bytes");
   }
-  return counted(driver_call::map, [&] { return do_map(va, bytes, run, offset); });
+  return counted(driver_call::map, [&] { return do_map(va, bytes, run); });
 }
 
 status device::unmap(std::uintptr_t va, std::size_t bytes) {

@@ -51,10 +51,12 @@ double sim_device::not_before() const {
   return timing_only() ? clock_of(serial_) + static_cast<double>(config_.gpu_lag_us) * 1e-6 : 0.0;
 }
 
-void sim_device::charge(double us_per_unit, std::size_t bytes) {
-  if (us_per_unit <= 0) return;
-  const std::size_t units = std::max<std::size_t>(1, (bytes + sim_cost_unit - 1) / sim_cost_unit);
-  const double seconds = us_per_unit * 1e-6 * static_cast<double>(units);
+void sim_device::charge(double per_call, std::size_t calls, double per_unit, std::size_t bytes) {
+  const std::size_t units = (bytes + sim_cost_unit - 1) / sim_cost_unit;
+  const double us = per_call * static_cast<double>(calls) +
+                    per_unit * static_cast<double>(units > calls ? units - calls : 0);
+  if (us <= 0) return;
+  const double seconds = us * 1e-6;
   if (timing_only()) {
     clock_of(serial_) += seconds;
     return;

@@ -50,7 +50,7 @@ std::uint64_t* fault(sim_config& c, sim_fault f) {
   return &c.fail_after[static_cast<std::size_t>(f)];
 }
 
-const std::array<spec, 23> table{{
+const std::array<spec, 26> table{{
     {{.name = "capacity",
       .kind = value_kind::bytes,
       .min = 4096,
@@ -93,17 +93,33 @@ const std::array<spec, 23> table{{
              "modeled times)"},
      [](sim_config& c) -> option_field { return &c.driver_costs; }},
     {call_cost("create_us",
-               "what `create_pages` costs the calling thread per 2 MiB (driver "
-               "costs: at least one unit per call; H100 in training: 14, idle: 9.9)"),
+               "what a `create_pages` call costs the calling thread (H100 in training, "
+               "2 MiB runs: 14, idle: 9.9)"),
      [](sim_config& c) -> option_field { return &c.create_us; }},
-    {call_cost("map_us", "the same for `map` (H100 in training: 2.2, idle: 1.7)"),
+    {call_cost("create_page_us",
+               "what each 2 MiB of a run beyond its first adds to "
+               "`create_pages` (H200: 0.13)"),
+     [](sim_config& c) -> option_field { return &c.create_page_us; }},
+    {call_cost("map_us", "what a `map` call costs (H100 in training: 2.2, idle: 1.7)"),
      [](sim_config& c) -> option_field { return &c.map_us; }},
-    {call_cost("set_access_us", "the same for `set_access` (H100 in training: 30, idle: 28.8)"),
+    {call_cost("set_access_us",
+               "what `set_access` costs per mapping in its range (H100 in "
+               "training: 30, idle: 28.8)"),
      [](sim_config& c) -> option_field { return &c.set_access_us; }},
-    {call_cost("unmap_us", "the same for `unmap` (H100 in training: 30, idle: 18.0)"),
+    {call_cost("set_access_page_us",
+               "what each 2 MiB of a mapping beyond its first adds to "
+               "`set_access` (H200: 0.15)"),
+     [](sim_config& c) -> option_field { return &c.set_access_page_us; }},
+    {call_cost("unmap_us",
+               "what `unmap` costs per mapping in its range (H100 in training: 30, "
+               "idle: 18.0)"),
      [](sim_config& c) -> option_field { return &c.unmap_us; }},
-    {call_cost("release_us", "the same for `release_pages` (H100, GPU busy: 17, idle: 10.3)"),
+    {call_cost("release_us", "what a `release_pages` call costs (H100, GPU busy: 17, idle: 10.3)"),
      [](sim_config& c) -> option_field { return &c.release_us; }},
+    {call_cost("release_page_us",
+               "what each 2 MiB of a run beyond its first adds to "
+               "`release_pages` (H200: 1.2)"),
+     [](sim_config& c) -> option_field { return &c.release_page_us; }},
     {call_cost("record_event_us",
                "what `record_event` costs the calling thread (H100 in training: 1.7; idle: 0.15)"),
      [](sim_config& c) -> option_field { return &c.record_event_us; }},
@@ -162,10 +178,13 @@ result<sim_config> parse_sim_config(std::string_view text) {
                          [&](const option& o) { return o.key == key; });
     };
     for (auto [key, field] : {std::pair{"create_us", &config.create_us},
+                              {"create_page_us", &config.create_page_us},
                               {"map_us", &config.map_us},
                               {"set_access_us", &config.set_access_us},
+                              {"set_access_page_us", &config.set_access_page_us},
                               {"unmap_us", &config.unmap_us},
                               {"release_us", &config.release_us},
+                              {"release_page_us", &config.release_page_us},
                               {"record_event_us", &config.record_event_us},
                               {"query_event_us", &config.query_event_us}}) {
       if (!given(key)) *field = 0;

@@ -56,18 +56,29 @@ struct sim_config {
   /// "none": every cost not given by its own key is 0 (for tests of
   /// other modeled times).
   std::string driver_costs = "h100";
-  /// What driver calls cost the calling thread, in microseconds per 2 MiB
-  /// of the range (at least one unit per call): what Strata's counters
-  /// measured on an H100 inside PyTorch training steps, where the GPU is
-  /// busy (bench/RESULTS.md, "On an H100"; `release_pages`, never called
-  /// there, from shared/calibration/README.md's busy-GPU figure). An idle
-  /// driver is cheaper: 9.9, 1.7, 28.8, 18.0 and 10.3. Charged on the
-  /// modeled clock of a timing-only device, slept on a device with data.
+  /// What driver calls cost the calling thread, in microseconds a call
+  /// (`set_access` and `unmap`: a mapping the range covers): what Strata's
+  /// counters measured on an H100 inside PyTorch training steps, where the
+  /// GPU is busy, on 2 MiB runs (bench/RESULTS.md, "On an H100";
+  /// `release_pages`, never called there, from
+  /// shared/calibration/README.md's busy-GPU figure). An idle driver is
+  /// cheaper: 9.9, 1.7, 28.8, 18.0 and 10.3. The driver prices a call,
+  /// not its bytes: on an H200 a 1 GiB run cost about what a 2 MiB one
+  /// did to create, map, open and unmap (bench/RESULTS.md, "the price is
+  /// per call"). Charged on the modeled clock of a timing-only device,
+  /// slept on a device with data.
   double create_us = 14.0;
   double map_us = 2.2;
   double set_access_us = 30.0;
   double unmap_us = 30.0;
   double release_us = 17.0;
+  /// What each 2 MiB of a run beyond its first adds to `create_pages`,
+  /// `set_access` (of a mapping) and `release_pages`: the H200's fit over
+  /// runs of 2 MiB to 1 GiB (0.13, 0.15 and 1.2 us; map and unmap add
+  /// under 0.04 us, not charged).
+  double create_page_us = 0.13;
+  double set_access_page_us = 0.15;
+  double release_page_us = 1.2;
   /// Microseconds per event call, as Strata's counters measured them on an
   /// H100 inside PyTorch training steps (bench/RESULTS.md, "On an H100"):
   /// the driver is busy launching the step's kernels, and a call there

@@ -135,33 +135,35 @@ status sim_device::do_free_reservation(std::uintptr_t base, std::size_t bytes) {
 result<page_run> sim_device::do_create_pages(std::size_t bytes) {
   if (auto s = count_call(sim_fault::create_pages, "create_pages"); !s) return s;
   auto run = memory_->create_pages(bytes);
-  if (run) charge(config_.create_us, bytes);
+  if (run) charge(config_.create_us, 1, config_.create_page_us, bytes);
   return run;
 }
 
 status sim_device::do_release_pages(page_run run) {
   auto s = memory_->release_pages(run);
-  if (s) charge(config_.release_us, run.bytes);
+  if (s) charge(config_.release_us, 1, config_.release_page_us, run.bytes);
   return s;
 }
 
-status sim_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+status sim_device::do_map(std::uintptr_t va, std::size_t bytes, page_run run) {
   if (auto s = count_call(sim_fault::map, "map"); !s) return s;
-  auto s = memory_->map(va, bytes, run, offset);
-  if (s) charge(config_.map_us, bytes);
+  auto s = memory_->map(va, bytes, run);
+  if (s) charge(config_.map_us, 1, 0, bytes);
   return s;
 }
 
 status sim_device::do_unmap(std::uintptr_t va, std::size_t bytes) {
-  auto s = memory_->unmap(va, bytes);
-  if (s) charge(config_.unmap_us, bytes);
-  return s;
+  auto mappings = memory_->unmap(va, bytes);
+  if (!mappings) return mappings.error();
+  charge(config_.unmap_us, *mappings, 0, bytes);
+  return {};
 }
 
 status sim_device::do_set_access(std::uintptr_t va, std::size_t bytes) {
-  auto s = memory_->set_access(va, bytes);
-  if (s) charge(config_.set_access_us, bytes);
-  return s;
+  auto mappings = memory_->set_access(va, bytes);
+  if (!mappings) return mappings.error();
+  charge(config_.set_access_us, *mappings, config_.set_access_page_us, bytes);
+  return {};
 }
 
 std::shared_ptr<sim_stream> sim_device::new_stream() const {
@@ -250,14 +252,14 @@ status sim_device::do_record_event(event_handle event, stream_handle stream) {
         return t;
       },
       not_before());
-  charge(config_.record_event_us, 0);
+  charge(config_.record_event_us, 1, 0, 0);
   return {};
 }
 
 yes_no sim_device::do_query_event(event_handle event) {
   auto e = find_event(event, "query_event");
   if (!e) return e.error();
-  charge(config_.query_event_us, 0);
+  charge(config_.query_event_us, 1, 0, 0);
   auto mark = (*e)->latest();
   if (mark == nullptr) return yes_no{true};
   if (timing_only()) {

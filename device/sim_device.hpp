@@ -55,7 +55,7 @@ class sim_device final : public device {
   status do_free_reservation(std::uintptr_t base, std::size_t bytes) override;
   result<page_run> do_create_pages(std::size_t bytes) override;
   status do_release_pages(page_run run) override;
-  status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) override;
+  status do_map(std::uintptr_t va, std::size_t bytes, page_run run) override;
   status do_unmap(std::uintptr_t va, std::size_t bytes) override;
   status do_set_access(std::uintptr_t va, std::size_t bytes) override;
   result<stream_handle> do_create_stream() override;
@@ -97,7 +97,10 @@ class sim_device final : public device {
   // per sim_cost_unit of `bytes` (at least one unit): on its modeled clock
   // when timing only, else slept (in arrears of up to a millisecond, so
   // that short calls do not each pay a sleep's overshoot).
-  void charge(double us_per_unit, std::size_t bytes);
+  // Charges `calls` calls at `per_call` microseconds, plus `per_unit` for
+  // each 2 MiB of `bytes` beyond one unit a call (a call on less than a
+  // unit costs its call).
+  void charge(double per_call, std::size_t calls, double per_unit, std::size_t bytes);
   // A new stream of this device.
   [[nodiscard]] std::shared_ptr<sim_stream> new_stream() const;
   // Moves the calling thread's clock up to `t` (a wait saw work end at

@@ -148,7 +148,7 @@ status sim_memory::release_pages(page_run run) {
   return {};
 }
 
-status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) {
+status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run) {
   std::lock_guard lock(mu_);
   auto rit = runs_.find(run.id);
   if (rit == runs_.end() || rit->second.released || rit->second.bytes != run.bytes) {
@@ -168,7 +168,7 @@ status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run, std::
   }
   if (fd_ >= 0) {
     void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_,
-                   static_cast<off_t>(rit->second.file_offset + offset));
+                   static_cast<off_t>(rit->second.file_offset));
     if (p == MAP_FAILED) return sys_error("mmap");
   }
   r->mappings.emplace(va, mapping{bytes, run.id, false});
@@ -176,7 +176,7 @@ status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run, std::
   return {};
 }
 
-status sim_memory::unmap(std::uintptr_t va, std::size_t bytes) {
+result<std::size_t> sim_memory::unmap(std::uintptr_t va, std::size_t bytes) {
   std::lock_guard lock(mu_);
   reservation* r = find_reservation(va, bytes);
   if (r == nullptr) return invalid("unmap: " + range_text(va, bytes) + " is not mapped");
@@ -190,12 +190,13 @@ status sim_memory::unmap(std::uintptr_t va, std::size_t bytes) {
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     if (p == MAP_FAILED) return sys_error("mmap");
   }
-  for (auto it = first; it != last; ++it) drop_mapping_ref(it->second.run);
+  std::size_t covered = 0;
+  for (auto it = first; it != last; ++it, ++covered) drop_mapping_ref(it->second.run);
   r->mappings.erase(first, last);
-  return {};
+  return covered;
 }
 
-status sim_memory::set_access(std::uintptr_t va, std::size_t bytes) {
+result<std::size_t> sim_memory::set_access(std::uintptr_t va, std::size_t bytes) {
   std::lock_guard lock(mu_);
   reservation* r = find_reservation(va, bytes);
   auto [first, last] =
@@ -207,8 +208,9 @@ status sim_memory::set_access(std::uintptr_t va, std::size_t bytes) {
   if (fd_ >= 0 && mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
     return sys_error("mprotect");
   }
-  for (auto it = first; it != last; ++it) it->second.accessible = true;
-  return {};
+  std::size_t covered = 0;
+  for (auto it = first; it != last; ++it, ++covered) it->second.accessible = true;
+  return covered;
 }
 
 status sim_memory::check_accessible(const void* ptr, std::size_t bytes, const char* what) {

@@ -51,9 +51,10 @@ class sim_memory {
   status free_reservation(std::uintptr_t base, std::size_t bytes);
   result<page_run> create_pages(std::size_t bytes);
   status release_pages(page_run run);
-  status map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset);
-  status unmap(std::uintptr_t va, std::size_t bytes);
-  status set_access(std::uintptr_t va, std::size_t bytes);
+  status map(std::uintptr_t va, std::size_t bytes, page_run run);
+  // Each returns the number of mappings the range covered.
+  result<std::size_t> unmap(std::uintptr_t va, std::size_t bytes);
+  result<std::size_t> set_access(std::uintptr_t va, std::size_t bytes);
 
   /// invalid_argument unless [ptr, ptr+bytes) is mapped and accessible.
   status check_accessible(const void* ptr, std::size_t bytes, const char* what);

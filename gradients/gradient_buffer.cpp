@@ -60,7 +60,7 @@ result<std::unique_ptr<gradient_buffer>> gradient_buffer::create(
   auto va = dev.reserve(b->reserved_);
   if (!va) return va.error();  // the destructor releases the pages
   b->base_ = *va;
-  if (auto s = dev.map(b->base_, b->reserved_, b->pages_, 0); !s) {
+  if (auto s = dev.map(b->base_, b->reserved_, b->pages_); !s) {
     (void)dev.free_reservation(b->base_, b->reserved_);
     b->base_ = 0;
     return s;

@@ -52,8 +52,8 @@ int run_demo(const std::string& spec) {
   if (!step("reserve 8 pages of address space", base)) return 1;
   auto run = dev.create_pages(2 * g);
   if (!step("create a 2-page physical run", run)) return 1;
-  if (!step("map it at the start of the range", dev.map(*base, 2 * g, *run, 0))) return 1;
-  if (!step("map it again 4 pages further (an alias)", dev.map(*base + 4 * g, 2 * g, *run, 0))) {
+  if (!step("map it at the start of the range", dev.map(*base, 2 * g, *run))) return 1;
+  if (!step("map it again 4 pages further (an alias)", dev.map(*base + 4 * g, 2 * g, *run))) {
     return 1;
   }
   if (!step("set read-write access on both mappings",

@@ -196,11 +196,15 @@ class STRATA_API device {
   /// mapping is gone (immediately when it is not mapped).
   status release_pages(page_run run);
 
-  /// Maps `bytes` of `run`, starting `offset` bytes into it, at `va`. `va`,
-  /// `bytes` and `offset` are granularity multiples; [va, va+bytes) lies in
-  /// one reservation and overlaps no mapping. The range is inaccessible
-  /// until `set_access`.
-  status map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset);
+  /// Maps the first `bytes` of `run` at `va`. `va` and `bytes` are
+  /// granularity multiples, `bytes` at most the run's; [va, va+bytes) lies
+  /// in one reservation and overlaps no mapping. The range is inaccessible
+  /// until `set_access`. A run maps only from its start: the driver
+  /// refused cuMemMap at an offset into a run (CUDA_ERROR_NOT_SUPPORTED on
+  /// an H200, driver 580), so one page of a larger run cannot be mapped on
+  /// its own elsewhere. Costs one driver call, whatever the size
+  /// (bench/RESULTS.md, "the price is per call").
+  status map(std::uintptr_t va, std::size_t bytes, page_run run);
 
   /// Unmaps [va, va+bytes), which must consist of whole earlier mappings.
   /// Does not synchronize: the caller must know no queued work touches it.
@@ -384,7 +388,7 @@ class STRATA_API device {
   virtual status do_free_reservation(std::uintptr_t base, std::size_t bytes) = 0;
   virtual result<page_run> do_create_pages(std::size_t bytes) = 0;
   virtual status do_release_pages(page_run run) = 0;
-  virtual status do_map(std::uintptr_t va, std::size_t bytes, page_run run, std::size_t offset) = 0;
+  virtual status do_map(std::uintptr_t va, std::size_t bytes, page_run run) = 0;
   virtual status do_unmap(std::uintptr_t va, std::size_t bytes) = 0;
   virtual status do_set_access(std::uintptr_t va, std::size_t bytes) = 0;
   virtual result<stream_handle> do_create_stream() = 0;

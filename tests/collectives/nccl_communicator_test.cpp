@@ -145,8 +145,8 @@ TEST(Nccl, RegistrationTakesOnePhysicalAllocation) {
   auto first = d.create_pages(g);
   auto second = d.create_pages(g);
   ASSERT_TRUE(first.ok() && second.ok());
-  ASSERT_TRUE(d.map(*gran, g, *first, 0).ok());
-  ASSERT_TRUE(d.map(*gran + g, g, *second, 0).ok());
+  ASSERT_TRUE(d.map(*gran, g, *first).ok());
+  ASSERT_TRUE(d.map(*gran + g, g, *second).ok());
   ASSERT_TRUE(d.set_access(*gran, 2 * g).ok());
   auto h = ranks.comm(0).register_buffer(reinterpret_cast<void*>(*gran), g);
   ASSERT_TRUE(h.ok()) << h.error().to_string();

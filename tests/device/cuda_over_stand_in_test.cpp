@@ -74,7 +74,7 @@ TEST_F(CudaOverStandIn, ClosingTheDeviceReleasesEverythingItStillHolds) {
     auto base = dev.reserve(4 * g);
     auto run = dev.create_pages(2 * g);
     ASSERT_TRUE(base.ok() && run.ok());
-    ASSERT_TRUE(dev.map(*base, 2 * g, *run, 0).ok());
+    ASSERT_TRUE(dev.map(*base, 2 * g, *run).ok());
     ASSERT_TRUE(dev.set_access(*base, 2 * g).ok());
     ASSERT_TRUE(dev.create_pages(g).ok());
     ASSERT_TRUE(dev.create_stream().ok());

@@ -44,7 +44,7 @@ class DeviceTest : public ::testing::Test {
     EXPECT_TRUE(base.ok()) << base.error().to_string();
     auto run = dev_->create_pages(pages * g_);
     EXPECT_TRUE(run.ok()) << run.error().to_string();
-    EXPECT_TRUE(dev_->map(*base, pages * g_, *run, 0).ok());
+    EXPECT_TRUE(dev_->map(*base, pages * g_, *run).ok());
     EXPECT_TRUE(dev_->set_access(*base, pages * g_).ok());
     return {*base, pages * g_, *run};
   }
@@ -270,8 +270,8 @@ TYPED_TEST(DeviceTest, OnePageMappedTwiceShowsTheSameBytes) {
   ASSERT_TRUE(base.ok() && run.ok());
   const std::uintptr_t a = *base;
   const std::uintptr_t b = *base + 2 * this->g_;
-  ASSERT_TRUE(dev.map(a, this->g_, *run, 0).ok());
-  ASSERT_TRUE(dev.map(b, this->g_, *run, 0).ok());
+  ASSERT_TRUE(dev.map(a, this->g_, *run).ok());
+  ASSERT_TRUE(dev.map(b, this->g_, *run).ok());
   ASSERT_TRUE(dev.set_access(a, this->g_).ok());
   ASSERT_TRUE(dev.set_access(b, this->g_).ok());
   auto s = dev.create_stream();
@@ -299,15 +299,15 @@ TYPED_TEST(DeviceTest, PartialUnmapAndMapOutsideAReservationAreRefused) {
   auto base = dev.reserve(4 * g);
   auto run = dev.create_pages(2 * g);
   ASSERT_TRUE(base.ok() && run.ok());
-  ASSERT_TRUE(dev.map(*base, 2 * g, *run, 0).ok());
+  ASSERT_TRUE(dev.map(*base, 2 * g, *run).ok());
   auto partial = dev.unmap(*base, g);
   EXPECT_FALSE(partial.ok());
   EXPECT_NE(partial.code(), errc::ok);
   auto tail = dev.unmap(*base + g, g);
   EXPECT_FALSE(tail.ok());
-  auto outside = dev.map(*base + 3 * g, 2 * g, *run, 0);
+  auto outside = dev.map(*base + 3 * g, 2 * g, *run);
   EXPECT_FALSE(outside.ok()) << "a map running past the reservation's end was accepted";
-  auto overlap = dev.map(*base + g, g, *run, 0);
+  auto overlap = dev.map(*base + g, g, *run);
   EXPECT_FALSE(overlap.ok()) << "a map over an existing mapping was accepted";
   auto busy = dev.free_reservation(*base, 4 * g);
   EXPECT_FALSE(busy.ok()) << "a reservation with a live mapping was freed";
@@ -329,8 +329,8 @@ TYPED_TEST(DeviceTest, ArgumentsThatAreNotGranularAreRefused) {
   auto base = dev.reserve(2 * g);
   auto run = dev.create_pages(g);
   ASSERT_TRUE(base.ok() && run.ok());
-  EXPECT_EQ(dev.map(*base + 4096, g, *run, 0).code(), errc::invalid_argument);
-  EXPECT_EQ(dev.map(*base, g, *run, g).code(), errc::invalid_argument);
+  EXPECT_EQ(dev.map(*base + 4096, g, *run).code(), errc::invalid_argument);
+  EXPECT_EQ(dev.map(*base, 2 * g, *run).code(), errc::invalid_argument);
   EXPECT_EQ(dev.copy_async(nullptr, &g, 8, copy_direction::host_to_device, {}).code(),
             errc::invalid_argument);
   EXPECT_EQ(dev.launch_host_fn({}, nullptr, nullptr).code(), errc::invalid_argument);

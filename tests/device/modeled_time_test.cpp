@@ -27,7 +27,7 @@ struct timing_device {
     auto base = dev->reserve(buffer.size());
     auto run = dev->create_pages(buffer.size());
     EXPECT_TRUE(base.ok() && run.ok());
-    EXPECT_TRUE(dev->map(*base, buffer.size(), *run, 0).ok());
+    EXPECT_TRUE(dev->map(*base, buffer.size(), *run).ok());
     EXPECT_TRUE(dev->set_access(*base, buffer.size()).ok());
     device_memory = reinterpret_cast<void*>(*base);
   }

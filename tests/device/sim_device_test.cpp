@@ -98,12 +98,12 @@ TEST(SimFaults, EachInjectedFaultSurfacesOnceAsItsError) {
 
   auto base = d->reserve(4 * g);
   ASSERT_TRUE(base.ok());
-  ASSERT_TRUE(d->map(*base, g, *r1, 0).ok());
-  auto m2 = d->map(*base + g, g, *r3, 0);
+  ASSERT_TRUE(d->map(*base, g, *r1).ok());
+  auto m2 = d->map(*base + g, g, *r3);
   EXPECT_EQ(m2.code(), errc::injected_fault);
   EXPECT_NE(m2.message().find("fail_map_after"), std::string::npos);
   EXPECT_FALSE(d->unmap(*base + g, g).ok()) << "a failed map left a mapping behind";
-  ASSERT_TRUE(d->map(*base + g, g, *r3, 0).ok());
+  ASSERT_TRUE(d->map(*base + g, g, *r3).ok());
   ASSERT_TRUE(d->set_access(*base, 2 * g).ok());
 
   std::vector<unsigned char> buf(64, 1);
@@ -146,8 +146,8 @@ TEST(SimMemory, HostSeesMappedBytesAndAliases) {
   auto base = d->reserve(2 * g);
   auto run = d->create_pages(g);
   ASSERT_TRUE(base.ok() && run.ok());
-  ASSERT_TRUE(d->map(*base, g, *run, 0).ok());
-  ASSERT_TRUE(d->map(*base + g, g, *run, 0).ok());
+  ASSERT_TRUE(d->map(*base, g, *run).ok());
+  ASSERT_TRUE(d->map(*base + g, g, *run).ok());
   ASSERT_TRUE(d->set_access(*base, 2 * g).ok());
   auto* a = reinterpret_cast<unsigned char*>(*base);
   auto* b = a + g;
@@ -171,7 +171,7 @@ TEST(SimMemory, TimingOnlyDataMovesNoBytes) {
   auto base = d->reserve(big);
   auto run = d->create_pages(big);
   ASSERT_TRUE(base.ok() && run.ok());
-  ASSERT_TRUE(d->map(*base, big, *run, 0).ok());
+  ASSERT_TRUE(d->map(*base, big, *run).ok());
   ASSERT_TRUE(d->set_access(*base, big).ok());
   EXPECT_EQ(d->get_memory_info()->free, std::size_t{64} << 30) << "capacity is accounted";
   EXPECT_EQ(d->create_pages(std::size_t{128} << 30).code(), errc::out_of_memory);
@@ -198,7 +198,7 @@ TEST(SimMemory, MappedMemoryIsInaccessibleUntilSetAccess) {
   auto base = d->reserve(g);
   auto run = d->create_pages(g);
   ASSERT_TRUE(base.ok() && run.ok());
-  ASSERT_TRUE(d->map(*base, g, *run, 0).ok());
+  ASSERT_TRUE(d->map(*base, g, *run).ok());
   auto* p = reinterpret_cast<volatile unsigned char*>(*base);
   EXPECT_DEATH(p[0] = 1, "");
   std::vector<unsigned char> buf(16);
@@ -265,7 +265,7 @@ TEST(SimMemory, EightyGiBDeviceOnASmallHost) {
   ASSERT_TRUE(base.ok()) << base.error().to_string();
   auto run = d->create_pages(bytes);
   ASSERT_TRUE(run.ok()) << run.error().to_string();
-  ASSERT_TRUE(d->map(*base, bytes, *run, 0).ok());
+  ASSERT_TRUE(d->map(*base, bytes, *run).ok());
   ASSERT_TRUE(d->set_access(*base, bytes).ok());
   auto info = d->get_memory_info();
   ASSERT_TRUE(info.ok());

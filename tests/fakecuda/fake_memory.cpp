@@ -133,7 +133,9 @@ CUresult fake_driver::mem_map(CUdeviceptr ptr, size_t size, size_t offset,
   const bool hits_prev = next != mappings_.begin() &&
                          std::prev(next)->first + std::prev(next)->second.bytes > addr(ptr);
   if (hits_next || hits_prev) return CUDA_ERROR_INVALID_VALUE;
-  if (auto s = g.sim->map(addr(ptr), size, h->second.run, offset); !s) return to_result(s);
+  // As the H200's driver (580) did: a run maps only from its start.
+  if (offset != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (auto s = g.sim->map(addr(ptr), size, h->second.run); !s) return to_result(s);
   mappings_.emplace(addr(ptr), mapping_info{size, handle});
   ++h->second.mappings;
   return CUDA_SUCCESS;
@@ -196,7 +198,7 @@ CUresult fake_driver::mem_alloc(CUdeviceptr* ptr, size_t size) {
   auto base = g.sim->reserve(bytes, 0);
   if (!base) return to_result(base.error());
   auto run = g.sim->create_pages(bytes);
-  strata::status s = run ? g.sim->map(*base, bytes, *run, 0) : run.error();
+  strata::status s = run ? g.sim->map(*base, bytes, *run) : run.error();
   if (s) s = g.sim->set_access(*base, bytes);
   if (!s) {
     if (run) {

@@ -30,7 +30,7 @@ class device_buffer {
     if (!va || !run) return;
     va_ = *va;
     run_ = *run;
-    ok_ = dev.map(va_, bytes_, run_, 0).ok() && dev.set_access(va_, bytes_).ok();
+    ok_ = dev.map(va_, bytes_, run_).ok() && dev.set_access(va_, bytes_).ok();
   }
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;

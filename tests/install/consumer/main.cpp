@@ -16,7 +16,7 @@ int main() {
   const std::size_t g = dev.granularity();
   auto base = dev.reserve(g);
   auto run = dev.create_pages(g);
-  if (!base || !run || !dev.map(*base, g, *run, 0) || !dev.set_access(*base, g)) return 2;
+  if (!base || !run || !dev.map(*base, g, *run) || !dev.set_access(*base, g)) return 2;
   char in[16] = "strata consumer";
   char out[16] = {};
   auto* d = reinterpret_cast<void*>(*base);
