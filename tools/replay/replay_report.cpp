@@ -208,8 +208,8 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
          std::to_string(r.timeline.pages_created) + " pages created and mapped once, " +
              fixed(r.timeline.first_map_ms, 1) + " ms (" +
              fixed(100 * r.timeline.first_map_fraction(), 2) +
-             "% of the trace): what mapping them through the driver's virtual-memory calls "
-             "costs any allocator (cudaMalloc costs less)");
+             "% of the trace): what mapping them one 2 MiB run at a time costs any allocator "
+             "(larger runs and cudaMalloc cost less)");
     if (r.timeline.steady.tried) line("timeline: steady state", steady_text(r.timeline.steady));
     t += timeline_line(r.timeline) + "\n";
   }

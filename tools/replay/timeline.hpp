@@ -40,9 +40,9 @@ struct timeline_result {
   double driver_ms = 0;  // their time
   double wait_ms = 0;    // the host's waits for queued work (event and stream synchronizations)
   // Creating, mapping and opening each page the replay created once: what
-  // any allocator that maps those pages through the driver's virtual-memory
-  // calls pays for them (expandable segments likewise), however it places
-  // blocks. cudaMalloc, PyTorch's default allocator's source, costs less
+  // any allocator that maps those pages one 2 MiB run at a time pays for
+  // them (expandable segments likewise), however it places blocks. Larger
+  // runs, and cudaMalloc, PyTorch's default allocator's source, cost less
   // per page (docs/replay.md).
   std::uint64_t pages_created = 0;
   double first_map_ms = 0;
