@@ -163,7 +163,10 @@ void page_table::block_live(stream_arena& arena, std::uintptr_t addr, std::size_
 
 bool page_table::lift_shadows(std::uint32_t id, std::vector<shadow_run>& out) {
   page& p = pages_[id];
-  if (p.maps.size() < 2) return true;  // mapped once at most: no shadow
+  // Mapped once at most and not shadowed: nothing to lift. A lone mapping
+  // can be shadowed: its page's other mapping, where it was freed, was
+  // unmapped while this shadow waited on the free's epoch.
+  if (p.maps.empty() || (p.maps.size() == 1 && !p.maps[0].shadowed)) return true;
   const bool epoch_done = p.freed_in == nullptr || p.freed_in->idle(p.freed_epoch);
   bool left = false;
   for (page_mapping& m : p.maps) {
