@@ -2,7 +2,9 @@
 time is the median of its rounds' medians, each round's ratio is printed,
 and --json keeps every round. The children are stubbed (no GPU needed):
 run_mode returns what a child would print. Also: the run's options
-(--attn, --lora, --precision) reach each child's command line."""
+(--attn, --lora, --precision) reach each child's command line, and the
+offloaded modes print their comparison and the gradients line, read off
+the offload's state."""
 
 import contextlib
 import io
@@ -163,10 +165,13 @@ class RoundsTest(unittest.TestCase):
                      "fsdp-cpu-offload": [6.0, 3.2, 3.4]}[mode]
             losses = {"native": [12.0, 11.5, 11.0], "offload": [12.0, 11.504, 11.008],
                       "fsdp-cpu-offload": [12.01, 11.51, 11.02]}[mode]
-            return {"mode": mode, "step_s": steps, "host_s": steps, "losses": losses,
-                    "peak_allocated_gib": {"native": 30.0, "offload": 14.2,
-                                           "fsdp-cpu-offload": 8.99}[mode],
-                    "peak_reserved_gib": 15.0, "device_used_gib": 16.0}
+            r = {"mode": mode, "step_s": steps, "host_s": steps, "losses": losses,
+                 "peak_allocated_gib": {"native": 30.0, "offload": 14.2,
+                                        "fsdp-cpu-offload": 8.99}[mode],
+                 "peak_reserved_gib": 15.0, "device_used_gib": 16.0}
+            if mode == "offload":  # what offload_state() reports after the steps
+                r["offload_state"] = {"gradients": {"in_backward": 1014, "after_backward": 0}}
+            return r
 
         out = io.StringIO()
         saved = (torch_train.run_mode, torch_train.missing, sys.argv)
@@ -186,7 +191,35 @@ class RoundsTest(unittest.TestCase):
         self.assertIn("OOM: CUDA out of memory", text)
         # Steps 1.3 / 3.3 s; Strata's losses against the uncapped run's: 8e-3 at most.
         self.assertIn("offload: step strata / fsdp-cpu-offload 0.394; device peak GiB strata "
-                      "14.20, fsdp 8.99; loss difference 8.00e-03", text)
+                      "14.20, fsdp 8.99; loss difference 8.00e-03\n"
+                      "offload: gradients taken in backward 1014, after backward 0\n", text)
+
+    def test_the_offloads_state_is_read_off_it(self):
+        """offload_state() reads an Offload's counters and holds, and gives
+        None for a mode with no Offload."""
+        import torch_offload_modes
+
+        class Param:
+            def __init__(self, grad):
+                self.grad = grad
+
+        class FakeOffload:
+            _params = [(Param(None), 1), (Param(object()), 2)]
+            _backward = {7: None}
+
+            def stats(self):
+                return {"gradients": {"in_backward": 3, "after_backward": 1}, "offload": {}}
+
+        self.assertIsNone(torch_offload_modes.offload_state({}))
+        state = torch_offload_modes.offload_state({"offload": FakeOffload()})
+        self.assertEqual(state["held_for_backward"], 1)
+        self.assertEqual(state["gradients_in_grad"], 1)
+        self.assertEqual(state["parameters"], 2)
+        self.assertEqual(state["gradients"], {"in_backward": 3, "after_backward": 1})
+        self.assertEqual(torch_offload_modes.gradients_line({"offload": {"offload_state": state}}),
+                         "offload: gradients taken in backward 3, after backward 1")
+        self.assertEqual(torch_offload_modes.gradients_line({"offload": {"oom": "x"}}),
+                         "offload: gradients taken n/a")
 
     def test_offloaded_modes_take_no_lora(self):
         with self.assertRaises(SystemExit) as e:
