@@ -6,8 +6,9 @@ model unless said):
     failed checksum, not bytes used;
   - a device too small for one Adam update is an out-of-memory error that
     names the buffers held on the device (what could not be offloaded);
-  - an offload() refused (a bad STRATA_CONF key) leaves the model's
-    parameters as they were;
+  - an offload() refused (a bad STRATA_CONF key), or failing while it
+    hooks the parameters, leaves the model's parameters as they were, and
+    the model offloads and trains again;
   - bad placements (a pattern matching nothing, an unknown place, fractions
     out of range) and pinned buffers that leave no room are errors naming
     them;
@@ -108,6 +109,43 @@ def refused_conf():
     except strata_torch.OffloadError as e:
         intact = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
         return str(e), intact
+
+
+def failed_while_hooking(nvme_dir):
+    """offload() whose third acquire for a parameter's autograd hook fails
+    (a full device, a failed NVMe read): the error, whether the model kept
+    every parameter's values, and whether offloading it again then works
+    (nothing of the failed one still claims its parameters)."""
+    torch.manual_seed(SEED)
+    model = Model()
+    before = [p.detach().clone() for p in model.parameters()]
+    real = strata_torch._offload.Offload._accumulator  # pylint: disable=protected-access
+    calls = []
+
+    def failing(self, p, h):
+        calls.append(h)
+        if len(calls) == 3:
+            raise strata_torch.OffloadError("acquire: injected failure")
+        return real(self, p, h)
+
+    strata_torch._offload.Offload._accumulator = failing  # pylint: disable=protected-access
+    try:
+        strata_torch.offload(model, conf=f"nvme_dir:{nvme_dir}")
+        return None, False, False
+    except strata_torch.OffloadError as e:
+        error = str(e)
+    finally:
+        strata_torch._offload.Offload._accumulator = real  # pylint: disable=protected-access
+    intact = all(torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
+    off = offload(model, nvme_dir)
+    try:
+        loss = train_step(model, off, 0)
+        # Trained: a finite loss, and Adam moved the values it started from.
+        again = loss == loss and any(not torch.equal(a, b)
+                                     for a, b in zip(before, off.parameters()))
+    finally:
+        off.close()
+    return error, intact, again
 
 
 def placement_errors(nvme_dir):
@@ -382,6 +420,10 @@ def main():
     error, intact = refused_conf()
     check("a refused offload leaves the model whole",
           error is not None and "no_such_key" in error and intact, str(error))
+    error, intact, again = failed_while_hooking(nvme_dir)
+    check("an offload failing while it hooks the parameters leaves the model whole",
+          error is not None and "injected failure" in error and intact, str(error))
+    check("the model offloads and trains again after that", again)
     print("torch_offload_hostile_test: OK")
 
 

@@ -206,18 +206,28 @@ class Offload(ModuleHooks):
         except BaseException:
             self.close()  # the model keeps its parameters: nothing was taken from it yet
             raise
-        for p, h, *_handles in self._params:
-            _owner[id(p)] = self
-            if p.requires_grad:
-                # After autograd accumulates p's gradient nothing in this
-                # backward uses p's value: its buffer may go. The node is
-                # kept: autograd holds it weakly.
-                acc = self._accumulator(p, h)
-                acc.register_hook(lambda _gi, _go, p=p: self._accumulated(p))
-                self._accumulators.append(acc)
-                self._hooks.append(p.register_hook(lambda g, p=p: self._grad_arrives(p, g)))
-            # The model's own copy is gone: Strata holds it.
-            p.data = torch.empty(0, dtype=p.dtype, device=self._device)
+        # The model's own copies, until every parameter's hooks are made:
+        # an acquire that fails there (out of memory, an NVMe read) gives
+        # each parameter its copy back and closes, as a failure above does.
+        own = [(p, p.data) for p, *_handles in self._params]
+        try:
+            for p, h, *_handles in self._params:
+                _owner[id(p)] = self
+                if p.requires_grad:
+                    # After autograd accumulates p's gradient nothing in
+                    # this backward uses p's value: its buffer may go. The
+                    # node is kept: autograd holds it weakly.
+                    acc = self._accumulator(p, h)
+                    acc.register_hook(lambda _gi, _go, p=p: self._accumulated(p))
+                    self._accumulators.append(acc)
+                    self._hooks.append(p.register_hook(lambda g, p=p: self._grad_arrives(p, g)))
+                p.data = torch.empty(0, dtype=p.dtype, device=self._device)
+        except BaseException:
+            for p, data in own:
+                p.data = data
+            self.close()
+            raise
+        del own  # Strata holds the parameters now
         if self._cuda:
             model.to(self._device)  # its buffers (the parameters are empty now)
         # The model's own pre-hook first: it cleans up after a forward that
