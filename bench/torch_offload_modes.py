@@ -72,21 +72,17 @@ def fsdp_step(_args, model, data, held):
 
 def offload_state(held):
     """What an offloaded run holds after its steps (or where one failed):
-    the tiers' and the prefetcher's counters, and how many parameters are
-    held for backward or have a gradient in .grad (taken at step(), not in
-    backward). None for a mode that is not Strata's offload."""
+    Offload.stats(), the tiers', the prefetcher's and the gradients'
+    counters (how many were taken in backward, how many parameters are
+    held for backward or have a gradient in .grad now). None for a mode
+    that is not Strata's offload."""
     off = held.get("offload")
     if off is None:
         return None
-    params = [p for p, *_handles in off._params]  # pylint: disable=protected-access
-    state = {"held_for_backward": len(off._backward),  # pylint: disable=protected-access
-             "gradients_in_grad": sum(p.grad is not None for p in params),
-             "parameters": len(params)}
     try:
-        state.update(off.stats())
+        return off.stats()
     except Exception as e:  # noqa: BLE001 - the counters of a broken run are a bonus
-        state["stats_error"] = str(e)[:200]
-    return state
+        return {"stats_error": str(e)[:200]}
 
 
 def make_step(args, model, data, held):

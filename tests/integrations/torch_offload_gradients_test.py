@@ -148,7 +148,8 @@ def main():
     check("no .grad is left after backward", not left, str(left[:4]))
     params = len(list(Model().parameters()))
     check("every gradient was taken in backward, as autograd accumulated it",
-          taken == {"in_backward": params, "after_backward": 0}, str(taken))
+          taken == {"in_backward": params, "after_backward": 0, "held_for_backward": 0,
+                    "in_grad": 0}, str(taken))
     check("some gradients left the device", places - {"device"}, str(places))
     for label, got, want in (("one backward", one, plain_grads(1)),
                              ("two backward passes", two, plain_grads(2))):

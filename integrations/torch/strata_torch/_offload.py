@@ -450,12 +450,16 @@ class Offload(ModuleHooks):
 
     def stats(self) -> Dict[str, Dict[str, Any]]:
         """The residency manager's counters ("offload"), the prefetcher's
-        ("prefetch") and the gradients moved into their buffers
-        ("gradients"): "in_backward", as autograd accumulated each, or
+        ("prefetch") and the gradients' ("gradients"): those moved into
+        their buffers "in_backward", as autograd accumulated each, or
         "after_backward", taken from .grad by step(), gradients() or
         clip_grad_norm_() (a parameter whose gradient stayed in .grad was
-        held on the device, with that gradient, to the end of backward)."""
-        out: Dict[str, Dict[str, Any]] = {"gradients": dict(self._taken)}
+        held on the device, with that gradient, to the end of backward);
+        and now, the parameters "held_for_backward" and those with a
+        gradient still "in_grad"."""
+        out: Dict[str, Dict[str, Any]] = {"gradients": {
+            **self._taken, "held_for_backward": len(self._backward),
+            "in_grad": sum(p.grad is not None for p, *_handles in self._params)}}
         for name, fn, handle in (("offload", self._t.lib.strata_residency_stats_json, self._t.res),
                                  ("prefetch", self._t.lib.strata_prefetcher_stats_json,
                                   self._t.fetch)):
