@@ -16,7 +16,7 @@ namespace {
 using spec = option_spec<allocator_options>;
 constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
 
-const std::array<spec, 8> table{{
+const std::array<spec, 9> table{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
@@ -73,6 +73,15 @@ const std::array<spec, 8> table{{
          "or create first and wait only when the device is full (`false`: no host wait where "
          "growing is possible)"),
      [](allocator_options& o) -> option_field { return &o.wait_before_grow; }},
+    {bytes_rule(
+         "page_run_size", 0, 1ULL << 40,
+         "new pages are created in physical runs of up to this size (rounded down to the "
+         "device granularity; `0`: one page a run). A driver call costs about the same "
+         "whatever the run's size, so larger runs cost fewer calls as memory grows, but a "
+         "run maps, moves and is released only whole: its idle pages serve no other request "
+         "while any page of it holds live bytes, so reserved memory grows (docs/allocator.md, "
+         "\"Page runs\")"),
+     [](allocator_options& o) -> option_field { return &o.page_run_size; }},
 }};
 
 // The rule no row of the table can state: the frames' budget across two

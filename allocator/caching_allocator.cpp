@@ -65,7 +65,8 @@ caching_allocator::caching_allocator(std::unique_ptr<device> dev, const allocato
                arena_bytes(total, dev_->granularity(), 8, 256),
                arena_bytes(total, dev_->granularity(), 1, 1), dev_->granularity()),
       pages_(*dev_, events_, streams_, stats_, trace_,
-             static_cast<std::size_t>(static_cast<double>(total) * options_.memory_fraction)),
+             static_cast<std::size_t>(static_cast<double>(total) * options_.memory_fraction),
+             static_cast<std::size_t>(options_.page_run_size)),
       frees_(*dev_, events_, stats_),
       caches_(classes_, options_.small_size) {}
 

@@ -37,8 +37,12 @@ std::optional<std::size_t> page_supply::repair_cost(stream_arena& arena, std::ui
   const std::size_t first = arena.page_of(addr);
   const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
   block_map& blocks = arena.blocks();
-  std::size_t shadowed = 0;
   bool polled = false;
+  // A shadowed page is unmapped with its whole run: every page of the run
+  // here must be unused (no block in use on it, its work here done), and
+  // those inside the range become holes to back as well.
+  std::size_t holes = 0;
+  std::size_t covered_to = first;  // indices below it are counted
   for (auto b = blocks.find_containing(addr); b != blocks.end() && b->first < addr + bytes; ++b) {
     // A fence inside would split the range into two segments; a block in
     // use cannot move.
@@ -46,16 +50,21 @@ std::optional<std::size_t> page_supply::repair_cost(stream_arena& arena, std::ui
     if (b->second.state != block_state::shadow) continue;
     // Shadows cover whole pages; unmapping one needs its work here done.
     const auto [from, to] = shadowed_pages(arena, b, first, last);
-    for (std::size_t i = from; i < to; ++i) {
+    for (std::size_t i = std::max(from, covered_to); i < to; i = std::max(i + 1, covered_to)) {
       if (!arena.page_idle(i) && !polled) {
         polled = true;
         (void)arena.poll(dev_, events_);  // a failed query leaves the page busy
       }
       if (!arena.page_idle(i)) return std::nullopt;
+      const std::uint32_t id = arena.page(i);
+      const std::size_t count = table_.run_pages(table_.run_of(id)).size();
+      if (count > 1 && !run_unused_at(arena, i)) return std::nullopt;
+      const std::size_t lead = i - table_.place_in_run(id);
+      covered_to = std::min(lead + count, last);
+      holes += covered_to - std::max(lead, first);
     }
-    shadowed += to - from;
   }
-  return shadowed + arena.unmapped_pages(first, last);
+  return holes + arena.unmapped_pages(first, last);
 }
 
 status page_supply::repair_range(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
@@ -71,7 +80,8 @@ status page_supply::repair_range(stream_arena& arena, std::uintptr_t addr, std::
     for (std::size_t i = from; i < to; ++i) shadowed.push_back(i);
   }
   for (const std::size_t i : shadowed) {
-    if (auto s = unmap_at(arena, i); !s) {
+    if (arena.page(i) == stream_arena::unmapped) continue;  // went with an earlier page's run
+    if (auto s = unmap_run_at(arena, i); !s) {
       refresh_derived_stats();
       return s;
     }

@@ -12,6 +12,11 @@
 // address space runs out, and then only once the work queued at that
 // mapping is done.
 //
+// Pages are created in physical runs of up to `run_bytes` (one page by
+// default); a run is mapped, unmapped and released only whole, so it moves
+// only when every page of it is idle (a stitch maps it whole, a repair or
+// trim unmaps it whole, the pool holds whole runs).
+//
 // Invariants: held pages = pool pages + pages with a mapping (page_table);
 // held * granularity <= limit whenever a page is created (a lowered limit
 // is honoured by creating no more); a page is unmapped only when the
@@ -20,13 +25,14 @@
 // free, num_stitches, stitched_bytes) and the derived inactive-split ones;
 // a page counts in the small or large pool by the arena it was first
 // mapped in.
-// Cost: backing a range costs one map per page and one set_access per run
-// of adjacent pages (plus one create per new page); nothing else here calls
-// the device but trim and teardown.
+// Cost: backing a range costs one map per run and one set_access per
+// stretch of adjacent pages (plus one create per new run); nothing else
+// here calls the device but repairs, trim and teardown.
 //
 // Thread safety: none; the allocator's mutex serializes calls.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -45,9 +51,10 @@ namespace strata {
 
 class page_supply {
  public:
-  // Every reference must outlive the supply. `limit` bytes may be held.
+  // Every reference must outlive the supply. `limit` bytes may be held;
+  // new pages are created in runs of up to `run_bytes` (at least a page).
   page_supply(device& dev, event_pool& events, stream_table& streams, allocator_stats& stats,
-              event_trace& trace, std::size_t limit)
+              event_trace& trace, std::size_t limit, std::size_t run_bytes)
       : dev_(dev),
         events_(events),
         streams_(streams),
@@ -55,6 +62,7 @@ class page_supply {
         trace_(trace),
         granularity_(dev.granularity()),
         limit_(limit),
+        max_run_pages_(std::max<std::size_t>(run_bytes / dev.granularity(), 1)),
         table_(dev.granularity()) {}
   page_supply(const page_supply&) = delete;
   page_supply& operator=(const page_supply&) = delete;
@@ -134,27 +142,57 @@ class page_supply {
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_pages() const noexcept { return table_.size(); }
-  [[nodiscard]] std::size_t pool_pages() const noexcept { return pool_.size(); }
+  [[nodiscard]] std::size_t pool_pages() const noexcept { return pool_pages_; }
   // Pages holding no live byte: pooled or idle where they are mapped.
   [[nodiscard]] std::size_t idle_pages() const noexcept {
-    return pool_.size() + table_.idle_count();
+    return pool_pages_ + table_.idle_count();
   }
 
  private:
-  status create_pages(std::size_t wanted, std::vector<std::uint32_t>& out);
-  // Maps `pages` at arena pages `indices` (sorted): one map each, one
-  // set_access per run of adjacent ones. On failure the pages not mapped
-  // go back where they came from and the error is returned.
+  // Where back_range's pages go: `pages[k]` backs arena index `needed[k]`
+  // (sorted); a run fills as many adjacent indices as it has pages, in
+  // address order. A longer run backs only the range's own pages: an edge
+  // page a neighbour's block may share (`shared`) takes a one-page run, so
+  // a longer run's pages fall idle together when the request's block ends.
+  struct run_placement {
+    std::vector<std::size_t> needed;
+    std::vector<std::uint32_t> pages;
+    std::array<std::size_t, 2> shared{none_index, none_index};
+    static constexpr std::size_t none_index = ~std::size_t{0};
+    std::size_t filled = 0;
+    std::size_t open_from = 0;  // every entry below it is filled
+    // The first k where `count` open entries of adjacent indices start (for
+    // count > 1, none of them shared), or pages.size() if none.
+    [[nodiscard]] std::size_t room(std::size_t count);
+    void put(const std::vector<std::uint32_t>& run, std::size_t k);
+  };
+  // Backs open entries of `place` with idle runs usable in `arena` (a
+  // stitch of [addr, addr+bytes)); returns how many pages it placed.
+  std::size_t stitch_idle(stream_arena& arena, std::uintptr_t addr, std::size_t bytes,
+                          run_placement& place);
+  // Backs every open entry of `place` with new runs, within the limit.
+  status create_runs(run_placement& place);
+  // Maps `pages` at arena pages `indices` (sorted): one map a run, one
+  // set_access per stretch of adjacent indices. On failure the runs not
+  // mapped go back where they came from and the error is returned.
   status map_pages(stream_arena& arena, const std::vector<std::size_t>& indices,
                    const std::vector<std::uint32_t>& pages);
   void record_mapping(std::uint32_t id, stream_arena& arena, std::size_t index);
-  // Unmaps page `index` of `arena` (an idle page there, or a shadowed
-  // mapping, its work there done); a page left with no mapping goes to the
-  // pool. Errors: the device's (the mapping is then kept).
-  status unmap_at(stream_arena& arena, std::size_t index);
-  // Unmaps page `id` (idle, its work done) everywhere; false (and keeps
-  // what did not unmap) if the device refuses.
-  bool unmap_everywhere(std::uint32_t id);
+  void pool_run(std::uint32_t slot);
+  std::uint32_t unpool_at(std::size_t k);
+  // True when page `index` of `arena` holds no block in use and its work
+  // there is done: it may be unmapped there.
+  bool unused_at(stream_arena& arena, std::size_t index);
+  // True when every page of the run mapped at `index` of `arena` is.
+  bool run_unused_at(stream_arena& arena, std::size_t index);
+  // Unmaps, at `arena`, the whole run whose page is mapped at `index` (each
+  // of its pages there unused, run_unused_at); a run left with no mapping
+  // goes to the pool. Errors: the device's (the mapping is then kept).
+  status unmap_run_at(stream_arena& arena, std::size_t index);
+  // Unmaps run `slot` (idle, its work done) everywhere; false (and keeps
+  // what did not unmap) if a page is not idle everywhere or the device
+  // refuses.
+  bool unmap_everywhere(std::uint32_t slot);
   void count_kind(std::uint32_t id, int sign);
   // Lifts the fences of `arena` that no page is mapped on both sides of
   // (fence_lift.cpp).
@@ -170,8 +208,12 @@ class page_supply {
   event_trace& trace_;
   std::size_t granularity_;
   std::size_t limit_;
+  std::size_t max_run_pages_;
   page_table table_;
-  std::vector<std::uint32_t> pool_;          // page ids mapped nowhere, with no queued work
+  std::vector<std::uint32_t> pool_;  // run slots mapped nowhere, with no queued work
+  std::size_t pool_pages_ = 0;
+  std::vector<std::uint32_t> run_stamp_;  // by run slot: stitch_idle's visit
+  std::uint32_t stamp_ = 0;
   std::vector<std::int8_t> counted_kind_;    // by page id: the pool_kind it counts in, or -1
   std::array<std::size_t, 2> kind_pages_{};  // pages counted per pool_kind
 };

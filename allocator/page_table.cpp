@@ -7,29 +7,53 @@
 
 namespace strata {
 
-std::uint32_t page_table::add(page_run run) {
-  std::uint32_t id = 0;
-  if (free_ids_.empty()) {
-    id = static_cast<std::uint32_t>(pages_.size());
-    pages_.emplace_back();
+std::uint32_t page_table::add_run(page_run run, std::size_t pages) {
+  std::uint32_t slot = 0;
+  if (free_slots_.empty()) {
+    slot = static_cast<std::uint32_t>(runs_.size());
     runs_.emplace_back();
   } else {
-    id = free_ids_.back();
-    free_ids_.pop_back();
+    slot = free_slots_.back();
+    free_slots_.pop_back();
   }
-  runs_[id] = run;  // remove() left the entry as a new page
-  pages_[id].held = true;
-  return id;
+  run_entry& r = runs_[slot];
+  r.handle = run;
+  r.pages.reserve(pages);
+  for (std::size_t k = 0; k < pages; ++k) {
+    std::uint32_t id = 0;
+    if (free_ids_.empty()) {
+      id = static_cast<std::uint32_t>(pages_.size());
+      pages_.emplace_back();
+      parts_.emplace_back();
+    } else {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    }
+    pages_[id].held = true;  // remove_run() left the entry as a new page
+    parts_[id] = {slot, static_cast<std::uint32_t>(k)};
+    r.pages.push_back(id);
+  }
+  return slot;
 }
 
-page_run page_table::remove(std::uint32_t id) {
-  page& p = pages_[id];
-  assert(p.maps.empty() && p.live == 0 && !p.listed);
-  const page_run run = runs_[id];
-  p = page{};
-  runs_[id] = page_run{};
-  free_ids_.push_back(id);
-  return run;
+page_run page_table::remove_run(std::uint32_t slot) {
+  run_entry& r = runs_[slot];
+  for (const std::uint32_t id : r.pages) {
+    page& p = pages_[id];
+    assert(p.maps.empty() && p.live == 0 && !p.listed);
+    p = page{};
+    parts_[id] = run_part{};
+    free_ids_.push_back(id);
+  }
+  const page_run handle = r.handle;
+  r = run_entry{};
+  free_slots_.push_back(slot);
+  return handle;
+}
+
+bool page_table::run_idle(std::uint32_t slot) const {
+  return std::all_of(runs_[slot].pages.begin(), runs_[slot].pages.end(),
+                     [&](std::uint32_t id) { return pages_[id].live == 0; });
 }
 
 void page_table::list_idle(std::uint32_t id) {

@@ -59,11 +59,23 @@ class page_table {
   page_table& operator=(page_table&&) = delete;
   ~page_table() = default;
 
-  /// Records a page just created (unmapped, idle); returns its id.
-  std::uint32_t add(page_run run);
-  /// Forgets a page that has no mapping (being released); returns its run.
-  page_run remove(std::uint32_t id);
-  [[nodiscard]] const page_run& run(std::uint32_t id) const { return runs_[id]; }
+  /// Records a run just created (`pages` pages, unmapped, idle) and
+  /// returns its slot; its pages' ids are run_pages(slot), in address
+  /// order. A run is mapped only whole: wherever page k of it is mapped at
+  /// index i, page j is mapped at index i - k + j of the same arena.
+  std::uint32_t add_run(page_run run, std::size_t pages);
+  /// Forgets a run none of whose pages has a mapping (being released);
+  /// returns its handle.
+  page_run remove_run(std::uint32_t slot);
+  [[nodiscard]] page_run run_handle(std::uint32_t slot) const { return runs_[slot].handle; }
+  [[nodiscard]] const std::vector<std::uint32_t>& run_pages(std::uint32_t slot) const {
+    return runs_[slot].pages;
+  }
+  /// The run page `id` belongs to, and its place in it (0 = lowest address).
+  [[nodiscard]] std::uint32_t run_of(std::uint32_t id) const { return parts_[id].slot; }
+  [[nodiscard]] std::uint32_t place_in_run(std::uint32_t id) const { return parts_[id].place; }
+  /// True when no page of run `slot` holds live bytes.
+  [[nodiscard]] bool run_idle(std::uint32_t slot) const;
   [[nodiscard]] const std::vector<page_mapping>& mappings(std::uint32_t id) const {
     return pages_[id].maps;
   }
@@ -110,18 +122,18 @@ class page_table {
   [[nodiscard]] std::size_t idle_count() const noexcept { return idle_count_; }
   /// Pages held (created and not yet removed).
   [[nodiscard]] std::size_t size() const noexcept { return pages_.size() - free_ids_.size(); }
-  /// Calls `f(id)` for every page held.
+  /// Calls `f(slot)` for every run held.
   template <class F>
-  void for_each(F f) const {
-    for (std::uint32_t id = 0; id < pages_.size(); ++id) {
-      if (pages_[id].held) f(id);
+  void for_each_run(F f) const {
+    for (std::uint32_t slot = 0; slot < runs_.size(); ++slot) {
+      if (!runs_[slot].pages.empty()) f(slot);
     }
   }
 
  private:
   // What block_live/block_dead touch, in one cache line a page (the page
-  // runs, needed only to map and release, are apart in runs_; unaligned,
-  // a page straddled two lines and every walk missed twice).
+  // runs, needed only to map and release, are apart in parts_ and runs_;
+  // unaligned, a page straddled two lines and every walk missed twice).
   struct alignas(64) page {
     std::vector<page_mapping> maps;
     std::uint32_t live = 0;
@@ -158,8 +170,18 @@ class page_table {
   std::size_t granularity_;
   static_assert(sizeof(page) == 64, "a page is one cache line");
   std::vector<page> pages_;
-  std::vector<page_run> runs_;  // by page id, beside pages_
+  struct run_part {
+    std::uint32_t slot = none;
+    std::uint32_t place = 0;
+  };
+  struct run_entry {
+    page_run handle;
+    std::vector<std::uint32_t> pages;  // empty: a free slot
+  };
+  std::vector<run_part> parts_;  // by page id, beside pages_
+  std::vector<run_entry> runs_;  // by slot
   std::vector<std::uint32_t> free_ids_;
+  std::vector<std::uint32_t> free_slots_;
   std::uint32_t idle_head_ = none;
   std::uint32_t idle_tail_ = none;
   std::size_t idle_count_ = 0;

@@ -49,6 +49,14 @@ struct allocator_options {
   /// (false, the default: no host wait inside an allocation where growing
   /// is possible).
   bool wait_before_grow = false;
+  /// New pages are created in physical runs of up to this many bytes
+  /// (rounded down to the granularity; 0 or less than a page: one page a
+  /// run). A driver call costs about the same whatever the run's size, so
+  /// larger runs cost fewer calls when memory grows; but a run maps, moves
+  /// and goes back only whole, so its idle pages serve no other request
+  /// while any of its pages holds live bytes (docs/allocator.md, "Page
+  /// runs").
+  std::uint64_t page_run_size = 0;
   /// Events the event trace keeps (a ring: the newest win); 0 turns the
   /// trace off. While it is on, every call takes the locked path so that
   /// the trace is complete and in order. At most 2^26.

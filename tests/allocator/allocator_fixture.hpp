@@ -55,7 +55,8 @@ struct two_streams {
   std::unique_ptr<caching_allocator> alloc;
   std::array<void*, 2> streams{};
 };
-inline two_streams make_two_stream_allocator(const std::string& sim_spec) {
+inline two_streams make_two_stream_allocator(const std::string& sim_spec,
+                                             const allocator_options& options = {}) {
   two_streams out;
   auto dev = open_test_device(sim_spec);
   EXPECT_TRUE(dev.ok()) << dev.error().to_string();
@@ -65,7 +66,7 @@ inline two_streams make_two_stream_allocator(const std::string& sim_spec) {
     EXPECT_TRUE(made.ok());
     if (made) s = made->native;
   }
-  auto a = caching_allocator::create(std::move(*dev), {});
+  auto a = caching_allocator::create(std::move(*dev), options);
   EXPECT_TRUE(a.ok()) << a.error().to_string();
   if (a) out.alloc = std::move(*a);
   return out;

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "allocator/allocator_fixture.hpp"
@@ -251,12 +252,18 @@ TEST(Defrag, ReservedStaysWithinLiveBytesPlusEdgePages) {
 // own stream, on another one, after record_stream), with block edges
 // anywhere in a page, so segments shorter than a page pile up on shared
 // edge pages. Every live block must keep its bytes.
-class ThreeStreams : public ::testing::TestWithParam<std::uint32_t> {};
+// With larger page runs (the second instantiation), whole runs are
+// stitched, repaired and unmapped; the sim refuses any unmap that is not
+// of whole earlier mappings.
+class ThreeStreams : public ::testing::TestWithParam<std::tuple<std::uint32_t, std::uint64_t>> {};
 
 TEST_P(ThreeStreams, StitchingKeepsEveryBlocksBytes) {
-  const std::uint32_t seed = GetParam();
-  std::printf("seed %u\n", seed);
-  auto two = make_two_stream_allocator("sim:capacity=512MiB");
+  const auto [seed, run_bytes] = GetParam();
+  std::printf("seed %u, page runs of up to %llu bytes\n", seed,
+              static_cast<unsigned long long>(run_bytes));
+  allocator_options options;
+  options.page_run_size = run_bytes;
+  auto two = make_two_stream_allocator("sim:capacity=512MiB", options);
   ASSERT_TRUE(two.alloc);
   caching_allocator& a = *two.alloc;
   const std::array<void*, 3> streams{nullptr, two.streams[0], two.streams[1]};
@@ -298,9 +305,17 @@ TEST_P(ThreeStreams, StitchingKeepsEveryBlocksBytes) {
     }
   }
   EXPECT_GT(stat_of(a, "num_stitches"), 0) << "seed " << seed;
+  for (const block& b : live) ASSERT_TRUE(a.free_async(b.p, b.stream).ok());
+  ASSERT_TRUE(a.empty_cache().ok());
+  EXPECT_EQ(stat_of(a, "reserved_bytes.all.current"), 0) << "seed " << seed << ": a page was kept";
 }
 
-INSTANTIATE_TEST_SUITE_P(Defrag, ThreeStreams, ::testing::Values(20261126U, 7U, 424242U, 99U));
+INSTANTIATE_TEST_SUITE_P(Defrag, ThreeStreams,
+                         ::testing::Combine(::testing::Values(20261126U, 7U, 424242U, 99U),
+                                            ::testing::Values(0U)));
+INSTANTIATE_TEST_SUITE_P(PageRuns, ThreeStreams,
+                         ::testing::Combine(::testing::Values(7U, 99U),
+                                            ::testing::Values(8 * mib)));
 
 }  // namespace
 }  // namespace strata::testing

@@ -38,7 +38,8 @@ TEST(PageTable, ALoneShadowedMappingIsLiftedOnceItsEpochIsDone) {
     stream_arena a(*s1, pool_kind::large, *base_a, 4 * g, g);
     stream_arena b(*s2, pool_kind::large, *base_b, 4 * g, g);
     page_table table(g);
-    const std::uint32_t id = table.add(page_run{});
+    const std::uint32_t slot = table.add_run(page_run{}, 1);
+    const std::uint32_t id = table.run_pages(slot).front();
     table.add_mapping(id, a, 0);
     table.add_mapping(id, b, 0);
     table.block_live(a, a.page_addr(0), g);
@@ -63,7 +64,7 @@ TEST(PageTable, ALoneShadowedMappingIsLiftedOnceItsEpochIsDone) {
     EXPECT_FALSE(table.mappings(id)[0].shadowed) << "the shadow outlived its epoch";
     EXPECT_FALSE(table.unsettled());
     table.remove_mapping(b, 0);
-    (void)table.remove(id);
+    (void)table.remove_run(slot);
     a.drop_events(events);
     b.drop_events(events);
   }

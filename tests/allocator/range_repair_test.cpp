@@ -138,6 +138,25 @@ TEST(RangeRepair, ATrainingLoopKeepsItsBytesAndSettles) {
   for (std::size_t s = steps - 3; s < steps; ++s) EXPECT_EQ(per_step[s], 0U) << "step " << s;
 }
 
+// With 8 MiB page runs a repair unmaps whole runs (the sim refuses any
+// other unmap), and only where every page of the run there is unused:
+// every block keeps its bytes, and every run goes back at the end.
+TEST(RangeRepair, RepairsUnmapWholeRuns) {
+  allocator_options o;
+  o.page_run_size = 8 * mib;
+  auto a = make_allocator("sim:capacity=2GiB", o);
+  ASSERT_TRUE(a);
+  {
+    training_loop loop(*a);
+    for (std::size_t s = 0; s < 6; ++s) loop.step();
+  }
+  EXPECT_GT(calls_of(a->dev(), driver_call::unmap), 0U) << "no range was repaired";
+  EXPECT_LT(calls_of(a->dev(), driver_call::create_pages), stat_of(*a, "segment.all.peak"))
+      << "runs of several pages were made";
+  ASSERT_TRUE(a->empty_cache().ok());
+  EXPECT_EQ(stat_of(*a, "reserved_bytes.all.current"), 0);
+}
+
 // A map that fails in steps 2 and 3, where the repairs are. A repair whose
 // map fails leaves its range free and first fit places the request (it
 // does not fail); elsewhere the request fails with the device's error.

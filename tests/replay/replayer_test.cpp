@@ -127,7 +127,7 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   EXPECT_EQ(tl.driver_calls, 7U)
       << "two reservations (the stream's arenas), a create_pages and a map per page, one "
          "set_access";
-  EXPECT_EQ(tl.pages_created, 2U);
+  EXPECT_EQ(tl.runs_created, 2U);
   EXPECT_NEAR(tl.first_map_ms, tl.added_ms, 1e-6) << "all it added was mapping its pages once";
   const std::string line = timeline_line(tl);
   EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (3.08%); second "
@@ -138,7 +138,7 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   const std::string json = report_json(t, *r);
   for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0308)",
                           R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)",
-                          R"("pages_created":2)", R"("first_map_ms":0.0924)", R"("threads":1)"}) {
+                          R"("runs_created":2)", R"("first_map_ms":0.0924)", R"("threads":1)"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
   EXPECT_NE(report_text(t, *r).find(line), std::string::npos);
@@ -363,7 +363,7 @@ TEST(H100Snapshots, StepReplayAndRepairMapLittleInTheSecondHalf) {
         << timeline_line(r->timeline);
     // Nothing absorbs a delay in a snapshot: mapping each created page
     // once is part of what was added.
-    EXPECT_GT(r->timeline.pages_created, 0U) << c.name;
+    EXPECT_GT(r->timeline.runs_created, 0U) << c.name;
     EXPECT_LE(r->timeline.first_map_ms, r->timeline.added_ms + 1e-6) << c.name;
     EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live))
         << c.name << " warmup " << c.warmup;

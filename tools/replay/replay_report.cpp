@@ -205,11 +205,11 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
     line("timeline: memory driver calls",
          std::to_string(r.timeline.driver_calls) + " (" + fixed(r.timeline.driver_ms, 1) + " ms)");
     line("timeline: first mappings",
-         std::to_string(r.timeline.pages_created) + " pages created and mapped once, " +
+         std::to_string(r.timeline.runs_created) + " runs created and mapped once, " +
              fixed(r.timeline.first_map_ms, 1) + " ms (" +
              fixed(100 * r.timeline.first_map_fraction(), 2) +
-             "% of the trace): what mapping them one 2 MiB run at a time costs any allocator "
-             "(larger runs and cudaMalloc cost less)");
+             "% of the trace): what mapping runs of that size costs any allocator "
+             "(a driver call costs about the same whatever the run's size)");
     if (r.timeline.steady.tried) line("timeline: steady state", steady_text(r.timeline.steady));
     t += timeline_line(r.timeline) + "\n";
   }
@@ -273,7 +273,7 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
               ",\"second_half_driver_calls\":" + std::to_string(tl.second_half_driver_calls) +
               ",\"driver_calls\":" + std::to_string(tl.driver_calls) +
               ",\"driver_ms\":" + number(tl.driver_ms) + ",\"wait_ms\":" + number(tl.wait_ms) +
-              ",\"pages_created\":" + std::to_string(tl.pages_created) +
+              ",\"runs_created\":" + std::to_string(tl.runs_created) +
               ",\"first_map_ms\":" + number(tl.first_map_ms) + ",\"first_map_fraction\":" +
               number(tl.first_map_fraction()) + ",\"steady\":" + steady_json(tl.steady) + "}");
   } else {

@@ -142,13 +142,14 @@ result<timeline_result> timeline_pacer::finish() {
   const driver_call_totals now = dev_.call_totals();
   const driver_call_total start = memory_call_total(start_totals_);
   const driver_call_total all = memory_call_total(now);
-  // Each created page once: its create, and one map and its share of
-  // set_access at what mapping a page cost here on average (one map call
-  // maps one page; set_access is charged per page it opens).
+  // Each created run once: its create, and one map and its share of
+  // set_access at what a map call and the opening after it cost here on
+  // average (one map call maps one run; set_access is charged per run it
+  // opens).
   const driver_call_total created = since(now, start_totals_, driver_call::create_pages);
   const driver_call_total mapped = since(now, start_totals_, driver_call::map);
   const driver_call_total opened = since(now, start_totals_, driver_call::set_access);
-  r.pages_created = created.calls;
+  r.runs_created = created.calls;
   if (mapped.calls > 0) {
     const double per_page =
         static_cast<double>(mapped.ns + opened.ns) / static_cast<double>(mapped.calls);

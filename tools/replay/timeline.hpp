@@ -39,12 +39,12 @@ struct timeline_result {
   std::uint64_t second_half_driver_calls = 0;
   double driver_ms = 0;  // their time
   double wait_ms = 0;    // the host's waits for queued work (event and stream synchronizations)
-  // Creating, mapping and opening each page the replay created once: what
-  // any allocator that maps those pages one 2 MiB run at a time pays for
-  // them (expandable segments likewise), however it places blocks. Larger
-  // runs, and cudaMalloc, PyTorch's default allocator's source, cost less
-  // per page (docs/replay.md).
-  std::uint64_t pages_created = 0;
+  // Creating, mapping and opening each physical run the replay created
+  // once: what any allocator that maps runs of those sizes pays for them,
+  // however it places blocks. Strata's runs are one page unless
+  // `page_run_size` says otherwise; larger runs, and cudaMalloc, PyTorch's
+  // default allocator's source, cost less per page (docs/replay.md).
+  std::uint64_t runs_created = 0;
   double first_map_ms = 0;
 
   [[nodiscard]] double added_fraction() const { return trace_ms > 0 ? added_ms / trace_ms : 0; }
