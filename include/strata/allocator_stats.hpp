@@ -103,8 +103,8 @@ struct stat_array {
   X(num_alloc_retries, "allocations retried after freeing cached memory")   \
   X(num_ooms, "allocations that failed")                                    \
   X(num_sync_all_streams, "device synchronizations for frees")              \
-  X(num_device_alloc, "pages created")                                      \
-  X(num_device_free, "pages released")                                      \
+  X(num_device_alloc, "physical runs created")                              \
+  X(num_device_free, "physical runs released")                              \
   X(num_stitches, "requests backed partly by pages moved from holes")       \
   X(stitched_bytes, "bytes of those moved pages")                           \
   X(num_device_waits,                                                       \
