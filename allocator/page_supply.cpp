@@ -77,6 +77,14 @@ void page_supply::pool_run(std::uint32_t slot) {
   pool_pages_ += table_.run_pages(slot).size();
 }
 
+void page_supply::pool_unmapped(const std::vector<std::uint32_t>& pages, std::size_t from) {
+  for (std::size_t k = from; k < pages.size(); ++k) {
+    const std::uint32_t id = pages[k];
+    if (id != page_table::none && table_.place_in_run(id) == 0 && table_.mappings(id).empty())
+      pool_run(table_.run_of(id));
+  }
+}
+
 std::uint32_t page_supply::unpool_at(std::size_t k) {
   const std::uint32_t slot = pool_[k];
   pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(k));
@@ -112,11 +120,7 @@ status page_supply::back_range(stream_arena& arena, std::uintptr_t addr, std::si
   status created;
   if (place.filled < n && may_create) created = create_runs(place);
   if (place.filled < n) {
-    for (std::uint32_t id : place.pages) {
-      // Pool and new runs go back to the pool, once each.
-      if (id != page_table::none && table_.place_in_run(id) == 0 && table_.mappings(id).empty())
-        pool_run(table_.run_of(id));
-    }
+    pool_unmapped(place.pages, 0);
     if (!created.ok() && created.code() != errc::out_of_memory) return created;
     return {errc::out_of_memory, "no idle page to back the request"};
   }
@@ -136,8 +140,8 @@ std::size_t page_supply::stitch_idle(stream_arena& arena, std::uintptr_t addr, s
                                      run_placement& place) {
   if (table_.idle_count() == 0) return 0;
   for (stream_arena* a : streams_.arenas()) (void)a->poll(dev_, events_);  // fewer on failure
-  const std::size_t first = place.needed.front();
-  const std::size_t last = place.needed.back() + 1;
+  const std::size_t first = arena.page_of(addr);
+  const std::size_t last = arena.page_of(addr + bytes - 1) + 1;
   // Idle pages mapped elsewhere are mapped here too (a stitch), oldest idle
   // first. The range becomes a segment of its own, fenced off on both
   // sides, and a page is mapped at most once in a segment, or one block
@@ -152,10 +156,8 @@ std::size_t page_supply::stitch_idle(stream_arena& arena, std::uintptr_t addr, s
   const std::size_t before = arena.page_of(arena.blocks().prev_fence(arena.page_addr(first)));
   const std::size_t after =
       arena.page_of(arena.blocks().next_fence(arena.page_addr(last) - 1) - 1) + 1;
-  const std::size_t range_first = arena.page_of(addr);
-  const std::size_t range_last = arena.page_of(addr + bytes - 1) + 1;
   const auto span = [&](std::size_t k) {
-    std::pair<std::size_t, std::size_t> r{range_first, range_last};
+    std::pair<std::size_t, std::size_t> r{first, last};
     if (k == r.first && addr % granularity_ != 0) r.first = before;
     if (k == r.second - 1 && (addr + bytes) % granularity_ != 0) r.second = after;
     return r;
@@ -190,7 +192,7 @@ std::size_t page_supply::stitch_idle(stream_arena& arena, std::uintptr_t addr, s
       // It never backs a shared edge page (run_placement), so its pages'
       // segment is the range's own.
       const bool movable = std::all_of(run.begin(), run.end(), [&](std::uint32_t p) {
-        return table_.usable_in(p, arena) && !mapped_within(p, range_first, range_last);
+        return table_.usable_in(p, arena) && !mapped_within(p, first, last);
       });
       const std::size_t at = movable ? place.room(run.size()) : n;
       if (at == n) continue;
@@ -277,10 +279,7 @@ status page_supply::map_pages(stream_arena& arena, const std::vector<std::size_t
         }
         m += count;
       }
-      for (std::size_t m = j; m < pages.size(); ++m) {
-        if (table_.place_in_run(pages[m]) == 0 && table_.mappings(pages[m]).empty())
-          pool_run(table_.run_of(pages[m]));
-      }
+      pool_unmapped(pages, j);
       refresh_derived_stats();
       return s;
     }
@@ -335,8 +334,8 @@ std::size_t page_supply::unmap_unused(stream_arena& arena) {
   // address space runs out rarely; this is the only wait it costs).
   (void)arena.wait_idle(arena.open_epoch(), dev_, events_);
   const std::size_t g = granularity_;
-  // The pages wholly inside free or shadow blocks that no block uses here;
-  // a run goes only when every page of it here is one of them.
+  // The mapped pages wholly inside free or shadow blocks; a run goes when
+  // every page of it here is unused (run_unused_at).
   std::vector<std::size_t> unused;
   for (auto it = arena.blocks().begin(); it != arena.blocks().end(); ++it) {
     const block_state state = it->second.state;
@@ -344,9 +343,7 @@ std::size_t page_supply::unmap_unused(stream_arena& arena) {
     const std::size_t from = arena.page_of(it->first + g - 1);
     const std::size_t to = arena.page_of(it->first + it->second.size);
     for (std::size_t i = arena.next_mapped(from, to); i < to; i = arena.next_mapped(i + 1, to)) {
-      if ((state == block_state::shadow || table_.idle(arena.page(i))) && arena.page_idle(i)) {
-        unused.push_back(i);
-      }
+      unused.push_back(i);
     }
   }
   std::size_t unmapped = 0;

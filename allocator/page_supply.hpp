@@ -179,6 +179,9 @@ class page_supply {
                    const std::vector<std::uint32_t>& pages);
   void record_mapping(std::uint32_t id, stream_arena& arena, std::size_t index);
   void pool_run(std::uint32_t slot);
+  // Pools, once each, the runs of `pages` from entry `from` on that have no
+  // mapping (pool and new runs a failed backing took).
+  void pool_unmapped(const std::vector<std::uint32_t>& pages, std::size_t from);
   std::uint32_t unpool_at(std::size_t k);
   // True when page `index` of `arena` holds no block in use and its work
   // there is done: it may be unmapped there.

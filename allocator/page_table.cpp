@@ -51,11 +51,6 @@ page_run page_table::remove_run(std::uint32_t slot) {
   return handle;
 }
 
-bool page_table::run_idle(std::uint32_t slot) const {
-  return std::all_of(runs_[slot].pages.begin(), runs_[slot].pages.end(),
-                     [&](std::uint32_t id) { return pages_[id].live == 0; });
-}
-
 void page_table::list_idle(std::uint32_t id) {
   page& p = pages_[id];
   if (p.listed) return;

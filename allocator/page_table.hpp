@@ -74,8 +74,6 @@ class page_table {
   /// The run page `id` belongs to, and its place in it (0 = lowest address).
   [[nodiscard]] std::uint32_t run_of(std::uint32_t id) const { return parts_[id].slot; }
   [[nodiscard]] std::uint32_t place_in_run(std::uint32_t id) const { return parts_[id].place; }
-  /// True when no page of run `slot` holds live bytes.
-  [[nodiscard]] bool run_idle(std::uint32_t slot) const;
   [[nodiscard]] const std::vector<page_mapping>& mappings(std::uint32_t id) const {
     return pages_[id].maps;
   }
