@@ -129,6 +129,13 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
          "set_access";
   EXPECT_EQ(tl.runs_created, 2U);
   EXPECT_NEAR(tl.first_map_ms, tl.added_ms, 1e-6) << "all it added was mapping its pages once";
+  // PyTorch, modeled: 4 MiB is a large request, so expandable segments map
+  // one 20 MiB page (create 14 + 9 x 0.13 us, map 2.2, set_access 30 +
+  // 9 x 0.15) and the default allocator makes one cudaMalloc.
+  EXPECT_EQ(tl.expandable_pages, 1U);
+  ASSERT_TRUE(tl.expandable_priced);
+  EXPECT_NEAR(tl.expandable_map_ms, (14 + 9 * 0.13 + 2.2 + 30 + 9 * 0.15) * 1e-3, 1e-6);
+  EXPECT_EQ(tl.native_mallocs, 1U);
   const std::string line = timeline_line(tl);
   EXPECT_EQ(line.rfind("timeline: allocator added 0.1 ms over 3.0 ms of trace (3.08%); second "
                        "half: 0.00%, 0 driver calls",
@@ -138,10 +145,18 @@ TEST(ReplayTimeline, TheAllocatorAddsWhatItsDriverCallsCost) {
   const std::string json = report_json(t, *r);
   for (const char* key : {R"("timeline":{)", R"("trace_ms":3)", R"("added_fraction":0.0308)",
                           R"("second_half_added_fraction":0)", R"("second_half_driver_calls":0)",
-                          R"("runs_created":2)", R"("first_map_ms":0.0924)", R"("threads":1)"}) {
+                          R"("runs_created":2)", R"("first_map_ms":0.0924)", R"("threads":1)",
+                          R"("pytorch_modeled":{"expandable_pages":1,"expandable_map_ms":0.0487)",
+                          R"("default_cuda_mallocs":1})"}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " missing from " << json;
   }
-  EXPECT_NE(report_text(t, *r).find(line), std::string::npos);
+  const std::string text = report_text(t, *r);
+  EXPECT_NE(text.find(line), std::string::npos);
+  EXPECT_NE(
+      text.find("expandable segments create and map 1 page (20 MiB; 2 MiB in the small pool), "
+                "0.0 ms (1.62% of the trace); the default allocator makes 1 cudaMalloc call "),
+      std::string::npos)
+      << text;
 }
 
 // The report names the calls that cost driver time: here only the first

@@ -50,6 +50,7 @@ std::uint32_t pytorch_allocator_model::grow(std::uint64_t size, bool small) {
     added = small ? small_buffer
                   : (size < min_large_alloc ? large_buffer : round_up(size, round_large));
     id = new_block({segments_++, 0, added, true, small, none, none});
+    growths_.push_back({added, 0});
   } else {
     // The pool's one segment grows at its end in pages; a free block
     // there takes the new pages in.
@@ -67,6 +68,7 @@ std::uint32_t pytorch_allocator_model::grow(std::uint64_t size, bool small) {
       tail_[pool] = id;
     }
     mapped_[pool] += added;
+    growths_.push_back({added, page});
   }
   reserved_ += added;
   peak_ = std::max(peak_, reserved_);

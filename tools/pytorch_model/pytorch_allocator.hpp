@@ -45,6 +45,19 @@ class pytorch_allocator_model {
   [[nodiscard]] std::uint64_t reserved() const noexcept { return reserved_; }
   [[nodiscard]] std::uint64_t peak_reserved() const noexcept { return peak_; }
 
+  /// One time the model took memory from the device. native: one
+  /// cudaMalloc of `bytes` (`page` is 0). expandable: `bytes` of new pages
+  /// of `page` bytes at a segment's end, as PyTorch maps them (each page
+  /// one cuMemCreate and one cuMemMap, then one cuMemSetAccess over them).
+  struct growth {
+    std::uint64_t bytes;
+    std::uint64_t page;
+  };
+  /// Every growth since the model was made or forget_growths() was called,
+  /// in order.
+  [[nodiscard]] const std::vector<growth>& growths() const noexcept { return growths_; }
+  void forget_growths() noexcept { growths_.clear(); }
+
  private:
   struct block {
     std::uint32_t segment;
@@ -73,6 +86,7 @@ class pytorch_allocator_model {
   std::uint64_t mapped_[2] = {0, 0};                  // expandable: each pool's segment size
   std::uint64_t reserved_ = 0;
   std::uint64_t peak_ = 0;
+  std::vector<growth> growths_;
 };
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "expandable_cost.hpp"
 #include "second_thread.hpp"
 #include "step_cycle.hpp"
 
@@ -338,9 +339,25 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
   return {};
 }
 
+// The timeline's view of the PyTorch models' growths (timeline_result).
+void price_pytorch(const replay_options& o, const alloc_trace& trace,
+                   const pytorch_allocator_model& native, const pytorch_allocator_model& expandable,
+                   timeline_result& t) {
+  t.native_mallocs = native.growths().size();
+  for (const auto& g : expandable.growths()) t.expandable_pages += g.bytes / g.page;
+  auto spec = timeline_device(o.device, o.gpu_lag_ms, trace);
+  if (!spec) return;
+  // Unpriced where the device cannot hold the model's pages (a trace
+  // larger than the device) or its pages are not whole device pages.
+  const auto ms = expandable_map_ms(*spec, expandable.growths());
+  t.expandable_priced = static_cast<bool>(ms);
+  if (ms) t.expandable_map_ms = *ms;
+}
+
 }  // namespace
 
-std::uint64_t modeled_peak_reserved(const alloc_trace& trace, pytorch_allocator_model::mode m) {
+pytorch_allocator_model run_pytorch_model(const alloc_trace& trace, pytorch_allocator_model::mode m,
+                                          std::size_t passes) {
   pytorch_allocator_model model(m);
   std::unordered_map<std::uint64_t, std::uint32_t> live;
   const auto allocate = [&](const trace_op& op) {
@@ -349,15 +366,22 @@ std::uint64_t modeled_peak_reserved(const alloc_trace& trace, pytorch_allocator_
     live[op.addr] = model.allocate(op.size);
   };
   for (const trace_op& op : trace.seeds) allocate(op);
-  for (const trace_op& op : trace.ops) {
-    if (op.kind == op_kind::alloc) {
-      allocate(op);
-    } else if (auto it = live.find(op.addr); it != live.end()) {
-      model.free(it->second);
-      live.erase(it);
+  for (std::size_t pass = 0; pass < std::max<std::size_t>(1, passes); ++pass) {
+    if (pass > 0) model.forget_growths();
+    for (const trace_op& op : trace.ops) {
+      if (op.kind == op_kind::alloc) {
+        allocate(op);
+      } else if (auto it = live.find(op.addr); it != live.end()) {
+        model.free(it->second);
+        live.erase(it);
+      }
     }
   }
-  return model.peak_reserved();
+  return model;
+}
+
+std::uint64_t modeled_peak_reserved(const alloc_trace& trace, pytorch_allocator_model::mode m) {
+  return run_pytorch_model(trace, m).peak_reserved();
 }
 
 result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
@@ -435,9 +459,14 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.cpu_ns_mean = mean_of_last(first.call_ns, first.call_ns.size());
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
-  r.modeled_native_peak = modeled_peak_reserved(trace, pytorch_allocator_model::mode::native);
-  r.modeled_expandable_peak =
-      modeled_peak_reserved(trace, pytorch_allocator_model::mode::expandable);
+  const std::size_t passes = options.warmup + 1;
+  const pytorch_allocator_model native =
+      run_pytorch_model(trace, pytorch_allocator_model::mode::native, passes);
+  const pytorch_allocator_model expandable =
+      run_pytorch_model(trace, pytorch_allocator_model::mode::expandable, passes);
+  r.modeled_native_peak = native.peak_reserved();
+  r.modeled_expandable_peak = expandable.peak_reserved();
+  if (r.timeline.on) price_pytorch(options, trace, native, expandable, r.timeline);
   made->reset();
   if (options.timeline && options.steady_repeats > 0) {
     auto s = replay_steady_state(trace, options, r.timeline.steady);

@@ -153,11 +153,19 @@ struct replay_result {
   std::vector<costly_call> costliest_second_half;
 };
 
-/// What PyTorch's caching allocator would reserve at its peak for
-/// `trace`'s requests, modeled (pytorch_model/pytorch_allocator.hpp): the
-/// seeds first, then the ops; an allocation at a live address frees the
-/// block there first, as the replay does. Bytes. Thread safety: a pure
+/// PyTorch's caching allocator, modeled (pytorch_model/pytorch_allocator.hpp),
+/// given `trace`'s requests as the replay makes them: the seeds first, then
+/// the ops, `passes` times (at least once; a free of an address not live is
+/// skipped, and an allocation at a live address frees the block there
+/// first). The model's growths are those of the last pass, the one a
+/// replay with `passes - 1` warm-up passes measures. Thread safety: a pure
 /// function.
+[[nodiscard]] pytorch_allocator_model run_pytorch_model(const alloc_trace& trace,
+                                                        pytorch_allocator_model::mode m,
+                                                        std::size_t passes = 1);
+
+/// run_pytorch_model(trace, m).peak_reserved(): what PyTorch's caching
+/// allocator would reserve at its peak for `trace`'s requests. Bytes.
 [[nodiscard]] std::uint64_t modeled_peak_reserved(const alloc_trace& trace,
                                                   pytorch_allocator_model::mode m);
 
