@@ -63,7 +63,9 @@ int main(int argc, char** argv) try {
   replay
       ->add_option("--warmup", ro.warmup,
                    "Replay the trace this many times before the measured pass (a trace recorded "
-                   "warm, like a profiler trace of later steps, then replays warm)")
+                   "warm, like a profiler trace of later steps, then replays warm; default 0, "
+                   "but 1 with --timeline for a trace whose recording held half its peak "
+                   "reserve at its start)")
       ->check(CLI::Range(0, 16));
   replay
       ->add_option("--steady-steps", ro.steady_steps,

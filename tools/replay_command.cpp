@@ -29,7 +29,7 @@ int run_replay(const replay_command_options& o) {
   ro.snapshot = !o.snapshot_out.empty();
   ro.timeline = o.timeline;
   ro.gpu_lag_ms = o.gpu_lag_ms;
-  ro.warmup = static_cast<std::size_t>(o.warmup);
+  if (o.warmup >= 0) ro.warmup = static_cast<std::size_t>(o.warmup);
   ro.steady_repeats = static_cast<std::size_t>(o.steady_steps);
   ro.autograd_thread = !o.one_thread;
   auto r = replay::replay(*trace, ro);

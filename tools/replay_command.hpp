@@ -16,7 +16,7 @@ struct replay_command_options {
   bool quiet = false;
   bool timeline = false;    // --timeline
   double gpu_lag_ms = 12;   // --gpu-lag-ms
-  int warmup = 0;           // --warmup
+  int warmup = -1;          // --warmup; -1: not given (replay_options::warmup unset)
   int steady_steps = 8;     // --steady-steps
   bool one_thread = false;  // --one-thread
 };

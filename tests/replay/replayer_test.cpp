@@ -321,18 +321,74 @@ TEST(ProfilerTrace, ReadsAllocationsKernelsAndWaits) {
 
 // Replayed warm (one pass first, as the profiled process was), the steps
 // repeat and every stitch is kept: the measured pass maps nothing new and
-// adds under 1%, at Strata's usual peak.
+// adds under 1%, at Strata's usual peak. The recording held 14.24 GiB
+// reserved at its first event, so a timeline replays it warm unasked.
 TEST(ProfilerTrace, AWarmReplayOfRepeatedStepsMakesNoDriverCall) {
+  auto t = read_trace(h100 + "gpt2_b8_s1024_two_steps_profiler_trace.json.xz", 0);
+  ASSERT_TRUE(t.ok()) << t.error().to_string();
+  EXPECT_TRUE(starts_warm(*t));
+  for (const bool asked : {true, false}) {
+    replay_options o;
+    o.timeline = true;
+    if (asked) o.warmup = 1;
+    auto r = replay(*t, o);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(r->warmup, 1U);
+    EXPECT_EQ(r->warmup_automatic, !asked);
+    EXPECT_EQ(r->timeline.driver_calls, 0U) << timeline_line(r->timeline);
+    EXPECT_LT(r->timeline.added_fraction(), 0.01) << timeline_line(r->timeline);
+    EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live));
+    if (!asked) {
+      EXPECT_NE(report_text(*t, *r).find("warm-up passes                     1 (the recording held "
+                                         "14.24 GiB reserved at its first event"),
+                std::string::npos)
+          << report_text(*t, *r);
+      const std::string json = report_json(*t, *r);
+      EXPECT_NE(json.find(R"("warmup_passes":1,"warmup_automatic":true)"), std::string::npos)
+          << json;
+    }
+  }
+}
+
+// Only a timeline warms up unasked, and --warmup 0 replays a warm trace
+// cold: every page it maps is then created in the measured pass.
+TEST(ProfilerTrace, AColdReplayIsAskedForAndOnlyATimelineWarmsUpUnasked) {
   auto t = read_trace(h100 + "gpt2_b8_s1024_two_steps_profiler_trace.json.xz", 0);
   ASSERT_TRUE(t.ok()) << t.error().to_string();
   replay_options o;
   o.timeline = true;
-  o.warmup = 1;
-  auto r = replay(*t, o);
-  ASSERT_TRUE(r.ok()) << r.error().to_string();
-  EXPECT_EQ(r->timeline.driver_calls, 0U) << timeline_line(r->timeline);
-  EXPECT_LT(r->timeline.added_fraction(), 0.01) << timeline_line(r->timeline);
-  EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live));
+  o.warmup = 0;
+  o.steady_repeats = 0;
+  auto cold = replay(*t, o);
+  ASSERT_TRUE(cold.ok()) << cold.error().to_string();
+  EXPECT_EQ(cold->warmup, 0U);
+  EXPECT_FALSE(cold->warmup_automatic);
+  EXPECT_GT(cold->timeline.runs_created, 6000U) << "13 GiB made in the measured pass";
+  o = {};
+  auto plain = replay(*t, o);
+  ASSERT_TRUE(plain.ok()) << plain.error().to_string();
+  EXPECT_EQ(plain->warmup, 0U) << "without a timeline the replay starts cold, as it did";
+  EXPECT_NE(report_json(*t, *plain).find(R"("warmup_passes":0,"warmup_automatic":false)"),
+            std::string::npos);
+}
+
+// A trace starts warm when its recording held half its peak reserve at its
+// first op; the cold snapshots start from nothing, and a trace without the
+// recording's reserve is never called warm.
+TEST(ProfilerTrace, StartsWarmIsWhatTheRecordingHeldAtItsStart) {
+  auto cold = read_trace(h100 + "gpt2_b8_s1024_amp_sdpa_pytorch2.11.pickle", 0);
+  ASSERT_TRUE(cold.ok()) << cold.error().to_string();
+  EXPECT_FALSE(starts_warm(*cold));
+  auto warm = read_trace(traces + "cs336_train_warm.pickle", 0);
+  ASSERT_TRUE(warm.ok()) << warm.error().to_string();
+  EXPECT_TRUE(starts_warm(*warm));
+  alloc_trace none;
+  EXPECT_FALSE(starts_warm(none));
+  none.baseline_reserved = {10, 30};
+  none.baseline_peak = 30;
+  EXPECT_FALSE(starts_warm(none));
+  none.baseline_reserved = {15, 30};
+  EXPECT_TRUE(starts_warm(none));
 }
 
 // The snapshots hold whole runs: GPT-2 six steps, Qwen2.5 four (the first

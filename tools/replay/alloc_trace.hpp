@@ -107,6 +107,13 @@ struct alloc_trace {
   std::vector<host_wait> waits;
 };
 
+/// Whether the recording allocator already held at least half its peak
+/// reserved bytes at the trace's first op: the recorded process had its
+/// memory before the trace began (a profiler trace of later steps, a
+/// snapshot whose history starts mid-run). False without a baseline.
+/// Thread safety: a pure function.
+[[nodiscard]] bool starts_warm(const alloc_trace& t) noexcept;
+
 /// Counts `name` in `t.unknown_actions` (first seen at `where`).
 void count_unknown_action(alloc_trace& t, std::string_view name, const std::string& where);
 

@@ -149,6 +149,15 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
        r.threads == 2 ? "2 (calls without Python frames, autograd's, from a second one)" : "1");
   line("events replayed", std::to_string(r.events) + " (" + std::to_string(trace.seeds.size()) +
                               " blocks live at the start)");
+  if (r.warmup > 0) {
+    line("warm-up passes",
+         std::to_string(r.warmup) +
+             (r.warmup_automatic
+                  ? " (the recording held " + format_bytes(trace.baseline_reserved.front()) +
+                        " reserved at its first event: it started warm; --warmup 0 replays it "
+                        "cold)"
+                  : std::string(" (--warmup)")));
+  }
   line("peak live bytes", format_bytes(r.peak_live));
   line("Strata peak allocated", format_bytes(r.peak_allocated));
   line("Strata peak reserved", format_bytes(r.peak_reserved) + "  (" +
@@ -265,6 +274,8 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
         r.modeled_expandable_peak > 0 ? ratio(r.peak_reserved, r.modeled_expandable_peak) : "null");
   field("fragmentation", number(r.fragmentation));
   field("threads", std::to_string(r.threads));
+  field("warmup_passes", std::to_string(r.warmup));
+  field("warmup_automatic", r.warmup_automatic ? "true" : "false");
   field("stitches", std::to_string(r.stitches));
   field("stitched_bytes", std::to_string(r.stitched_bytes));
   std::string driver = "{";

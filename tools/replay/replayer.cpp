@@ -317,7 +317,7 @@ status replay_steady_state(const alloc_trace& trace, const replay_options& optio
             peak_live = std::max(peak_live, steady.live_bytes);
             if (done == tail_op) at_tail = (*made)->counters();
           },
-          &pacer, options.warmup);
+          &pacer, options.warmup.value_or(0));
       !s) {
     return s;
   }
@@ -384,8 +384,10 @@ std::uint64_t modeled_peak_reserved(const alloc_trace& trace, pytorch_allocator_
   return run_pytorch_model(trace, m).peak_reserved();
 }
 
-result<replay_result> replay(const alloc_trace& trace, const replay_options& options) {
-  if (options.warmup > max_warmup) {
+result<replay_result> replay(const alloc_trace& trace, const replay_options& options_in) {
+  replay_options options = options_in;  // with the warm-up passes decided
+  options.warmup = options_in.warmup.value_or(options_in.timeline && starts_warm(trace) ? 1 : 0);
+  if (*options.warmup > max_warmup) {
     return status{errc::invalid_argument, "--warmup: at most " + std::to_string(max_warmup)};
   }
   if (options.steady_repeats > max_steady_repeats) {
@@ -407,6 +409,8 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   // Pass 1: everything, sampled.
   run first(trace, a, options.autograd_thread);
   r.threads = first.threads();
+  r.warmup = *options.warmup;
+  r.warmup_automatic = !options_in.warmup.has_value() && r.warmup > 0;
   const std::size_t n = trace.ops.size();
   const std::size_t every = std::max<std::size_t>(1, n / 2000);
   progress_bar bar(options.progress, n);
@@ -430,7 +434,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   std::unique_ptr<timeline_pacer> pacer;
   if (options.timeline)
     pacer = std::make_unique<timeline_pacer>(a.dev(), trace, options.gpu_lag_ms);
-  if (auto s = first.go(n, true, sample, pacer.get(), options.warmup); !s) return s;
+  if (auto s = first.go(n, true, sample, pacer.get(), *options.warmup); !s) return s;
   if (n == 0) sample(0);
   const allocator_stats end = a.counters();
   r.device_waits = end.num_device_waits;
@@ -459,7 +463,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   r.cpu_ns_mean = mean_of_last(first.call_ns, first.call_ns.size());
   r.has_baseline = !trace.baseline_reserved.empty();
   r.baseline_peak_reserved = trace.baseline_peak;
-  const std::size_t passes = options.warmup + 1;
+  const std::size_t passes = *options.warmup + 1;
   const pytorch_allocator_model native =
       run_pytorch_model(trace, pytorch_allocator_model::mode::native, passes);
   const pytorch_allocator_model expandable =
@@ -480,7 +484,7 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   if (!again) return again.error();
   run second(trace, **again, options.autograd_thread);
   if (auto s = second.go(
-          r.peak_op, false, [](std::size_t) {}, nullptr, options.warmup);
+          r.peak_op, false, [](std::size_t) {}, nullptr, *options.warmup);
       !s) {
     return s;
   }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,12 @@ struct replay_options {
   double gpu_lag_ms = 12;
   /// Passes over the trace's ops before the measured one (a trace recorded
   /// in a warm process, like a profiler trace of steps after the first,
-  /// replays warm that way). At most max_warmup.
-  std::size_t warmup = 0;
+  /// replays warm that way). At most max_warmup. Unset: 0, but 1 with
+  /// `timeline` for a trace that starts warm (alloc_trace.hpp,
+  /// starts_warm): its recorded job had mapped its memory before the
+  /// trace began, so a cold replay would charge the timeline for mappings
+  /// the job never made in it.
+  std::optional<std::size_t> warmup;
   /// With `timeline`: replay the trace once more followed by this many
   /// repeats of its last step (step_cycle.hpp), and measure the last half
   /// of them (timeline_result::steady): the steady state a job's later
@@ -122,7 +127,9 @@ struct replay_result {
   double fragmentation = 0;  // 1 - peak allocated / peak reserved
   std::int64_t stitches = 0;
   std::int64_t stitched_bytes = 0;
-  std::size_t threads = 1;  // 2: calls without frames came from a second thread
+  std::size_t threads = 1;        // 2: calls without frames came from a second thread
+  std::size_t warmup = 0;         // warm-up passes made (replay_options::warmup)
+  bool warmup_automatic = false;  // made because the trace starts warm, unasked
   std::vector<replay_oom> ooms;
   std::vector<replay_failure> failures;  // one per trace.failures entry
   std::size_t calls = 0;
@@ -172,6 +179,6 @@ struct replay_result {
 /// Replays `trace`. Errors, each naming its cause: "--device: ..." or
 /// "--conf: ..." for the options, "FILE: event N: ..." for a device failure
 /// during the replay or a trace with more than max_replay_streams streams.
-result<replay_result> replay(const alloc_trace& trace, const replay_options& options);
+result<replay_result> replay(const alloc_trace& trace, const replay_options& options_in);
 
 }  // namespace strata::replay

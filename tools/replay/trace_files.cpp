@@ -350,4 +350,9 @@ result<alloc_trace> read_trace(const std::string& path, int device_index) {
                     "id,lower,upper,size CSV, any of them may be xz-compressed)"};
 }
 
+bool starts_warm(const alloc_trace& t) noexcept {
+  return !t.baseline_reserved.empty() && t.baseline_peak > 0 &&
+         t.baseline_reserved.front() >= t.baseline_peak / 2;
+}
+
 }  // namespace strata::replay
