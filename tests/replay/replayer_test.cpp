@@ -336,6 +336,8 @@ TEST(ProfilerTrace, AWarmReplayOfRepeatedStepsMakesNoDriverCall) {
     EXPECT_EQ(r->warmup, 1U);
     EXPECT_EQ(r->warmup_automatic, !asked);
     EXPECT_EQ(r->timeline.driver_calls, 0U) << timeline_line(r->timeline);
+    EXPECT_EQ(memory_call_total(r->driver).calls, 0U)
+        << "the report's driver calls are the measured pass's, not the warm-up's";
     EXPECT_LT(r->timeline.added_fraction(), 0.01) << timeline_line(r->timeline);
     EXPECT_LE(static_cast<double>(r->peak_reserved), 1.01 * static_cast<double>(r->peak_live));
     if (!asked) {
@@ -364,6 +366,11 @@ TEST(ProfilerTrace, AColdReplayIsAskedForAndOnlyATimelineWarmsUpUnasked) {
   EXPECT_EQ(cold->warmup, 0U);
   EXPECT_FALSE(cold->warmup_automatic);
   EXPECT_GT(cold->timeline.runs_created, 6000U) << "13 GiB made in the measured pass";
+  constexpr std::uint64_t page = 2ULL << 20;
+  const std::uint64_t seed_pages = (t->seeds[0].size + page - 1) / page;
+  EXPECT_EQ(cold->driver[static_cast<std::size_t>(driver_call::create_pages)].calls,
+            cold->timeline.runs_created + seed_pages)
+      << "without warm-up the report counts the seeds' pages and the measured pass's";
   o = {};
   auto plain = replay(*t, o);
   ASSERT_TRUE(plain.ok()) << plain.error().to_string();

@@ -55,6 +55,7 @@ class run {
       }
       ooms.clear();  // the measured pass's OOMs are the ones reported
     }
+    if (warmup > 0) warmed = a_.counters();
     if (pacer != nullptr) pacer->start();
     const std::size_t n = std::min(stop_after, trace_.ops.size());
     std::size_t next_failure = 0;
@@ -96,6 +97,7 @@ class run {
   std::vector<std::uint32_t> call_ns;
   std::vector<replay_oom> ooms;
   std::vector<replay_failure> failures;
+  allocator_stats warmed{};            // the counters after the warm-up passes (zero without)
   std::vector<costly_call> costliest;  // replay_result::costliest
   std::vector<costly_call> costliest_second_half;
 
@@ -437,9 +439,13 @@ result<replay_result> replay(const alloc_trace& trace, const replay_options& opt
   if (auto s = first.go(n, true, sample, pacer.get(), *options.warmup); !s) return s;
   if (n == 0) sample(0);
   const allocator_stats end = a.counters();
-  r.device_waits = end.num_device_waits;
-  r.device_wait_ms = static_cast<double>(end.device_wait_ns) * 1e-6;
-  r.driver = end.driver;
+  // The measured pass's waits and driver calls (the seeds' too, without warm-up).
+  r.device_waits = end.num_device_waits - first.warmed.num_device_waits;
+  r.device_wait_ms = static_cast<double>(end.device_wait_ns - first.warmed.device_wait_ns) * 1e-6;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    r.driver[k].calls = end.driver[k].calls - first.warmed.driver[k].calls;
+    r.driver[k].ns = end.driver[k].ns - first.warmed.driver[k].ns;
+  }
   if (pacer != nullptr) {
     auto t = pacer->finish();
     if (!t) return status{t.error().code(), trace.source + ": " + t.error().message()};
