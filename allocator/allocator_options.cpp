@@ -13,17 +13,16 @@ namespace strata {
 
 namespace {
 
-using spec = option_spec<allocator_options>;
-constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+using allocator_spec = option_spec<allocator_options>;
 
-const std::array<spec, 9> table{{
+const std::array<allocator_spec, 9> allocator_rows{{
     {{.name = "device",
       .kind = value_kind::text,
       .unit = "a device spec (docs/device.md): `auto`, `cuda`, `cuda:N`, `sim[:key=value,...]`",
       .doc = "the GPU to allocate on; `auto` never falls back to `sim`"},
      [](allocator_options& o) -> option_field { return &o.device; }},
     {bytes_or_none_rule(
-         "release_threshold", 0, no_max,
+         "release_threshold", 0, option_no_max,
          "idle pages (free memory the allocator keeps mapped or pooled) above this are "
          "returned to the device after frees (`0`: all of them); `none` keeps "
          "everything cached until `empty_cache`/`trim` or memory pressure"),
@@ -95,14 +94,14 @@ status check_frames_budget(const allocator_options& o) {
   return {};
 }
 
-constexpr conf_section section =
+constexpr conf_section allocator_section =
     make_conf_section<allocator_options, allocator_option_table, check_allocator_options>(
         "allocator");
 
 }  // namespace
 
 std::span<const option_spec<allocator_options>> allocator_option_table() {
-  return table;
+  return allocator_rows;
 }
 
 status check_allocator_options(const allocator_options& options) {
@@ -128,7 +127,7 @@ result<allocator_options> allocator_options_from_env() {
 }
 
 const conf_section& allocator_conf_section() {
-  return section;
+  return allocator_section;
 }
 
 }  // namespace strata

@@ -10,7 +10,7 @@ namespace strata {
 
 namespace {
 
-status invalid(std::string message) {
+status bad_config(std::string message) {
   return {errc::invalid_argument, std::move(message)};
 }
 
@@ -166,11 +166,11 @@ result<sim_config> parse_sim_config(std::string_view text) {
     return s;
   }
   if (config.data != "host" && config.data != "none") {
-    return invalid("bad value for 'data': `" + config.data + "` is not `host` or `none`");
+    return bad_config("bad value for 'data': `" + config.data + "` is not `host` or `none`");
   }
   if (config.driver_costs != "h100" && config.driver_costs != "none") {
-    return invalid("bad value for 'driver_costs': `" + config.driver_costs +
-                   "` is not `h100` or `none`");
+    return bad_config("bad value for 'driver_costs': `" + config.driver_costs +
+                      "` is not `h100` or `none`");
   }
   if (config.driver_costs == "none") {
     const auto given = [&](std::string_view key) {
@@ -191,9 +191,9 @@ result<sim_config> parse_sim_config(std::string_view text) {
     }
   }
   if (config.capacity < config.granularity || config.capacity % config.granularity != 0) {
-    return invalid("bad value for 'capacity': " + format_bytes(config.capacity) +
-                   " is not a positive multiple of the granularity " +
-                   format_bytes(config.granularity));
+    return bad_config("bad value for 'capacity': " + format_bytes(config.capacity) +
+                      " is not a positive multiple of the granularity " +
+                      format_bytes(config.granularity));
   }
   return config;
 }

@@ -17,7 +17,7 @@ namespace strata {
 
 namespace {
 
-status invalid(std::string message) {
+status bad_call(std::string message) {
   return {errc::invalid_argument, std::move(message)};
 }
 
@@ -100,12 +100,12 @@ status sim_memory::free_reservation(std::uintptr_t base, std::size_t bytes) {
   std::lock_guard lock(mu_);
   auto it = reservations_.find(base);
   if (it == reservations_.end() || it->second.bytes != bytes) {
-    return invalid("free_reservation: " + range_text(base, bytes) +
-                   " is not a reservation of this device");
+    return bad_call("free_reservation: " + range_text(base, bytes) +
+                    " is not a reservation of this device");
   }
   if (!it->second.mappings.empty()) {
-    return invalid("free_reservation: " + range_text(base, bytes) + " still has " +
-                   std::to_string(it->second.mappings.size()) + " mapping(s); unmap them first");
+    return bad_call("free_reservation: " + range_text(base, bytes) + " still has " +
+                    std::to_string(it->second.mappings.size()) + " mapping(s); unmap them first");
   }
   if (fd_ >= 0 && munmap(reinterpret_cast<void*>(base), bytes) != 0) return sys_error("munmap");
   reservations_.erase(it);
@@ -137,8 +137,8 @@ status sim_memory::release_pages(page_run run) {
   std::lock_guard lock(mu_);
   auto it = runs_.find(run.id);
   if (it == runs_.end() || it->second.released || it->second.bytes != run.bytes) {
-    return invalid("release_pages: page run " + std::to_string(run.id) +
-                   " is not a live page run of this device");
+    return bad_call("release_pages: page run " + std::to_string(run.id) +
+                    " is not a live page run of this device");
   }
   it->second.released = true;
   if (it->second.mappings == 0) {
@@ -152,19 +152,19 @@ status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run) {
   std::lock_guard lock(mu_);
   auto rit = runs_.find(run.id);
   if (rit == runs_.end() || rit->second.released || rit->second.bytes != run.bytes) {
-    return invalid("map: page run " + std::to_string(run.id) +
-                   " is not a live page run of this device");
+    return bad_call("map: page run " + std::to_string(run.id) +
+                    " is not a live page run of this device");
   }
   reservation* r = find_reservation(va, bytes);
   if (r == nullptr) {
-    return invalid("map: " + range_text(va, bytes) + " is not inside one reservation");
+    return bad_call("map: " + range_text(va, bytes) + " is not inside one reservation");
   }
   auto next = r->mappings.lower_bound(va);
   const bool hits_next = next != r->mappings.end() && next->first < va + bytes;
   const bool hits_prev =
       next != r->mappings.begin() && std::prev(next)->first + std::prev(next)->second.bytes > va;
   if (hits_next || hits_prev) {
-    return invalid("map: " + range_text(va, bytes) + " overlaps an existing mapping");
+    return bad_call("map: " + range_text(va, bytes) + " overlaps an existing mapping");
   }
   if (fd_ >= 0) {
     void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_,
@@ -179,11 +179,11 @@ status sim_memory::map(std::uintptr_t va, std::size_t bytes, page_run run) {
 result<std::size_t> sim_memory::unmap(std::uintptr_t va, std::size_t bytes) {
   std::lock_guard lock(mu_);
   reservation* r = find_reservation(va, bytes);
-  if (r == nullptr) return invalid("unmap: " + range_text(va, bytes) + " is not mapped");
+  if (r == nullptr) return bad_call("unmap: " + range_text(va, bytes) + " is not mapped");
   auto [first, last] = whole_mappings(*r, va, bytes);
   if (first == r->mappings.end()) {
-    return invalid("unmap: " + range_text(va, bytes) +
-                   " does not consist of whole earlier mappings");
+    return bad_call("unmap: " + range_text(va, bytes) +
+                    " does not consist of whole earlier mappings");
   }
   if (fd_ >= 0) {
     void* p = mmap(reinterpret_cast<void*>(va), bytes, PROT_NONE,
@@ -202,8 +202,8 @@ result<std::size_t> sim_memory::set_access(std::uintptr_t va, std::size_t bytes)
   auto [first, last] =
       r != nullptr ? whole_mappings(*r, va, bytes) : std::pair<mapping_iter, mapping_iter>{};
   if (r == nullptr || first == r->mappings.end()) {
-    return invalid("set_access: " + range_text(va, bytes) +
-                   " does not consist of whole mappings (the sim device requires it)");
+    return bad_call("set_access: " + range_text(va, bytes) +
+                    " does not consist of whole mappings (the sim device requires it)");
   }
   if (fd_ >= 0 && mprotect(reinterpret_cast<void*>(va), bytes, PROT_READ | PROT_WRITE) != 0) {
     return sys_error("mprotect");
@@ -230,8 +230,8 @@ status sim_memory::check_accessible(const void* ptr, std::size_t bytes, const ch
       if (covered >= va + bytes) return {};
     }
   }
-  return invalid(std::string(what) + ": device range " + range_text(va, bytes) +
-                 " is not mapped and accessible on this device");
+  return bad_call(std::string(what) + ": device range " + range_text(va, bytes) +
+                  " is not mapped and accessible on this device");
 }
 
 sim_memory::reservation* sim_memory::find_reservation(std::uintptr_t va, std::size_t bytes) {

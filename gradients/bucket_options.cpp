@@ -3,7 +3,6 @@
 // "gradients" table is rendered from this table, and a test keeps the two
 // equal.
 #include <array>
-#include <limits>
 #include <string>
 
 #include "strata/bucket_options.hpp"
@@ -12,8 +11,7 @@ namespace strata {
 
 namespace {
 
-using spec = option_spec<bucket_options>;
-constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+using bucket_spec = option_spec<bucket_options>;
 
 // bucket_reduce_dtype's words, stored as bucket_options::reduce_type.
 bool set_reduce_dtype(void* target, std::string_view value) {
@@ -46,12 +44,12 @@ std::string reduce_dtype_text(const void* target) {
   return "not a dtype";
 }
 
-const std::array<spec, 5> table{{
-    {bytes_rule("first_bucket_bytes", 0, no_max,
+const std::array<bucket_spec, 5> bucket_rows{{
+    {bytes_rule("first_bucket_bytes", 0, option_no_max,
                 "the first bucket's limit ([gradients.md](gradients.md); DDP's "
                 "`first_bucket_cap`); `0`: each gradient a bucket of its own"),
      [](bucket_options& o) -> option_field { return &o.first_bucket_bytes; }},
-    {bytes_rule("bucket_bytes", 0, no_max,
+    {bytes_rule("bucket_bytes", 0, option_no_max,
                 "later buckets' limit; a larger gradient is a bucket alone (DDP's "
                 "`bucket_cap_mb`); `0`: each gradient a bucket of its own"),
      [](bucket_options& o) -> option_field { return &o.bucket_bytes; }},
@@ -77,13 +75,13 @@ const std::array<spec, 5> table{{
      [](bucket_options& o) -> option_field { return &o.gradient_as_bucket_view; }},
 }};
 
-constexpr conf_section section =
+constexpr conf_section bucket_section =
     make_conf_section<bucket_options, bucket_option_table, check_bucket_options>("gradients");
 
 }  // namespace
 
 std::span<const option_spec<bucket_options>> bucket_option_table() {
-  return table;
+  return bucket_rows;
 }
 
 status check_bucket_options(const bucket_options& options) {
@@ -99,7 +97,7 @@ result<bucket_options> parse_bucket_conf(std::string_view text) {
 }
 
 const conf_section& bucket_conf_section() {
-  return section;
+  return bucket_section;
 }
 
 }  // namespace strata

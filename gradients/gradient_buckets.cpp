@@ -70,7 +70,7 @@ struct gradient_buckets::state {
 
 namespace {
 
-status invalid(const std::string& why) {
+status bucket_error(const std::string& why) {
   return {errc::invalid_argument, "gradient buckets: " + why};
 }
 
@@ -290,14 +290,14 @@ result<std::unique_ptr<gradient_buckets>> gradient_buckets::create(
   if (auto s = check_bucket_options(options); !s) return s;
   if (options.reduce_type && *options.reduce_type != dtype::f32 &&
       *options.reduce_type != dtype::bf16 && *options.reduce_type != dtype::f16) {
-    return invalid("reduce_type is not a dtype");
+    return bucket_error("reduce_type is not a dtype");
   }
-  if (params.size() > UINT32_MAX) return invalid("more than 2^32 parameters");
+  if (params.size() > UINT32_MAX) return bucket_error("more than 2^32 parameters");
   // A stream the device does not know would fail only at the first
   // mark_ready, leaving a step that can never finish.
   if (auto known = comm.dev().wrap_stream(comm_stream.native); !known) {
-    return invalid("comm_stream is not a stream of the communicator's device: " +
-                   known.error().message());
+    return bucket_error("comm_stream is not a stream of the communicator's device: " +
+                        known.error().message());
   }
   auto s = std::make_unique<state>(comm, comm_stream, options, params);
   auto grads = gradient_buffer::create(s->dev, params);
@@ -354,10 +354,11 @@ status gradient_buckets::mark_ready(std::size_t p, stream_handle producer) {
   state& st = *s_;
   if (auto s = st.settle(); !s) return s;
   if (p >= st.params.size()) {
-    return invalid("parameter " + std::to_string(p) + " is not one of the " +
-                   std::to_string(st.params.size()));
+    return bucket_error("parameter " + std::to_string(p) + " is not one of the " +
+                        std::to_string(st.params.size()));
   }
-  if (st.ready[p]) return invalid("parameter " + std::to_string(p) + " marked twice in a step");
+  if (st.ready[p])
+    return bucket_error("parameter " + std::to_string(p) + " marked twice in a step");
   if (!st.no_sync) {
     if (auto s = st.dev.record_event(st.ready_events[p], producer); !s) return s;
   }
@@ -380,9 +381,9 @@ status gradient_buckets::finish(stream_handle consumer) {
       if (st.ready[p]) continue;
       missing += (listed++ == 0 ? "" : ", ") + std::to_string(p);
     }
-    return invalid(std::to_string(st.params.size() - st.marked) +
-                   " parameter(s) never marked ready this step: " + missing +
-                   (st.params.size() - st.marked > listed ? ", ..." : ""));
+    return bucket_error(std::to_string(st.params.size() - st.marked) +
+                        " parameter(s) never marked ready this step: " + missing +
+                        (st.params.size() - st.marked > listed ? ", ..." : ""));
   }
   ++st.c.steps;
   if (st.no_sync) {

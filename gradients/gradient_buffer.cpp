@@ -11,7 +11,7 @@ namespace strata {
 
 namespace {
 
-status invalid(const std::string& why) {
+status buffer_error(const std::string& why) {
   return {errc::invalid_argument, "gradient buffer: " + why};
 }
 
@@ -20,18 +20,19 @@ status invalid(const std::string& why) {
 result<std::unique_ptr<gradient_buffer>> gradient_buffer::create(
     device& dev, std::span<const gradient_param> params, std::span<const std::size_t> order,
     std::size_t alignment) {
-  if (params.empty()) return invalid("no parameters");
+  if (params.empty()) return buffer_error("no parameters");
   if (alignment < 16 || (alignment & (alignment - 1)) != 0) {
-    return invalid("alignment " + std::to_string(alignment) + " is not a power of two >= 16");
+    return buffer_error("alignment " + std::to_string(alignment) + " is not a power of two >= 16");
   }
   std::vector<std::size_t> layout(order.begin(), order.end());
   if (layout.empty()) {
     for (std::size_t p = params.size(); p-- > 0;) layout.push_back(p);
   }
-  if (layout.size() != params.size()) return invalid("the order does not list every parameter");
+  if (layout.size() != params.size())
+    return buffer_error("the order does not list every parameter");
   std::vector<bool> seen(params.size(), false);
   for (const std::size_t p : layout) {
-    if (p >= params.size() || seen[p]) return invalid("the order is not a permutation");
+    if (p >= params.size() || seen[p]) return buffer_error("the order is not a permutation");
     seen[p] = true;
   }
   constexpr std::size_t limit = std::numeric_limits<std::size_t>::max() / 4;
@@ -40,15 +41,15 @@ result<std::unique_ptr<gradient_buffer>> gradient_buffer::create(
   for (const std::size_t p : layout) {
     const gradient_param& g = params[p];
     if (g.type != dtype::f32 && g.type != dtype::bf16 && g.type != dtype::f16) {
-      return invalid("parameter " + std::to_string(p) + " has an unknown dtype");
+      return buffer_error("parameter " + std::to_string(p) + " has an unknown dtype");
     }
     if (g.count == 0 || g.count > limit / dtype_size(g.type) || end > limit) {
-      return invalid("parameter " + std::to_string(p) + " has a zero or absurd element count");
+      return buffer_error("parameter " + std::to_string(p) + " has a zero or absurd element count");
     }
     const std::size_t at = (end + alignment - 1) & ~(alignment - 1);
     offsets[p] = at;
     end = at + g.count * dtype_size(g.type);
-    if (end > limit) return invalid("the buffer's size overflows");
+    if (end > limit) return buffer_error("the buffer's size overflows");
   }
   std::unique_ptr<gradient_buffer> b(new gradient_buffer(
       dev, {params.begin(), params.end()}, std::move(layout), std::move(offsets), end));

@@ -11,9 +11,9 @@ namespace strata {
 
 namespace {
 
-using spec = option_spec<integration_options>;
+using integration_spec = option_spec<integration_options>;
 
-const std::array<spec, 1> table{{
+const std::array<integration_spec, 1> integration_rows{{
     {{.name = "report_on_exit",
       .kind = value_kind::text,
       .unit = "a file path (no commas)",
@@ -24,18 +24,18 @@ const std::array<spec, 1> table{{
      [](integration_options& o) -> option_field { return &o.report_on_exit; }},
 }};
 
-constexpr conf_section section =
+constexpr conf_section integration_section =
     make_conf_section<integration_options, integration_option_table, check_integration_options>(
         "integrations");
 
 }  // namespace
 
 std::span<const option_spec<integration_options>> integration_option_table() {
-  return table;
+  return integration_rows;
 }
 
 const conf_section& integration_conf_section() {
-  return section;
+  return integration_section;
 }
 
 status check_integration_options(const integration_options& options) {

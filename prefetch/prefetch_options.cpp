@@ -3,7 +3,6 @@
 // "prefetch" table is rendered from this table, and a test keeps the two
 // equal.
 #include <array>
-#include <limits>
 
 #include "strata/prefetch_options.hpp"
 
@@ -11,11 +10,10 @@ namespace strata {
 
 namespace {
 
-using spec = option_spec<prefetch_options>;
-constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+using prefetch_spec = option_spec<prefetch_options>;
 
-const std::array<spec, 4> table{{
-    {bytes_rule("prefetch_bytes", 0, no_max,
+const std::array<prefetch_spec, 4> prefetch_rows{{
+    {bytes_rule("prefetch_bytes", 0, option_no_max,
                 "the most device bytes in prefetch fills in flight plus buffers "
                 "prefetched and not yet acquired ([prefetch.md](prefetch.md)); `0` turns prefetch "
                 "off"),
@@ -27,23 +25,23 @@ const std::array<spec, 4> table{{
       .doc = "prefetch fills outstanding at once (NVMe reads and host-to-device "
              "copies)"},
      [](prefetch_options& o) -> option_field { return &o.prefetch_inflight; }},
-    {bytes_rule("device_lookahead", 0, no_max,
+    {bytes_rule("device_lookahead", 0, option_no_max,
                 "how far ahead, in bytes of upcoming acquires, buffers are copied to the "
                 "device (within `prefetch_bytes`)"),
      [](prefetch_options& o) -> option_field { return &o.device_lookahead; }},
-    {bytes_rule("reuse_distance", 0, no_max,
+    {bytes_rule("reuse_distance", 0, option_no_max,
                 "a released buffer needed again within this many bytes of acquires "
                 "stays on the device unless nothing else can be spilled"),
      [](prefetch_options& o) -> option_field { return &o.reuse_distance; }},
 }};
 
-constexpr conf_section section =
+constexpr conf_section prefetch_section =
     make_conf_section<prefetch_options, prefetch_option_table, check_prefetch_options>("prefetch");
 
 }  // namespace
 
 std::span<const option_spec<prefetch_options>> prefetch_option_table() {
-  return table;
+  return prefetch_rows;
 }
 
 status check_prefetch_options(const prefetch_options& options) {
@@ -59,7 +57,7 @@ result<prefetch_options> parse_prefetch_conf(std::string_view text) {
 }
 
 const conf_section& prefetch_conf_section() {
-  return section;
+  return prefetch_section;
 }
 
 }  // namespace strata

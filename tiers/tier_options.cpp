@@ -3,7 +3,6 @@
 // "tiers" table is rendered from this table, and a test keeps the two
 // equal.
 #include <array>
-#include <limits>
 #include <utility>
 
 #include "strata/tier_options.hpp"
@@ -12,10 +11,9 @@ namespace strata {
 
 namespace {
 
-using spec = option_spec<tier_options>;
-constexpr std::uint64_t no_max = std::numeric_limits<std::uint64_t>::max();
+using tier_spec = option_spec<tier_options>;
 
-const std::array<spec, 13> table{{
+const std::array<tier_spec, 13> tier_rows{{
     {bytes_or_none_rule("host_capacity", 1ULL << 20, 0,
                         "the most pinned host memory the residency manager's host "
                         "pool holds, at least `host_chunk`; past it, spills go to NVMe "
@@ -34,7 +32,7 @@ const std::array<spec, 13> table{{
       .doc = "how far past its peak of bytes in use the host pool may pin memory to keep "
              "freed large buffers for reuse, as a fraction of that peak"},
      [](tier_options& o) -> option_field { return &o.host_kept; }},
-    {bytes_rule("host_lookahead", 0, no_max,
+    {bytes_rule("host_lookahead", 0, option_no_max,
                 "how far ahead, in bytes of upcoming acquires, a prefetcher reads buffers on NVMe "
                 "into pinned host memory (for host holds, at most an eighth of `host_capacity` "
                 "when that is set); also the host room (at most `host_capacity`) the residency "
@@ -95,13 +93,13 @@ status check_host_chunk(const tier_options& o) {
   return {};
 }
 
-constexpr conf_section section =
+constexpr conf_section tier_section =
     make_conf_section<tier_options, tier_option_table, check_tier_options>("tiers");
 
 }  // namespace
 
 std::span<const option_spec<tier_options>> tier_option_table() {
-  return table;
+  return tier_rows;
 }
 
 status check_tier_options(const tier_options& options) {
@@ -118,7 +116,7 @@ result<tier_options> parse_tier_conf(std::string_view text) {
 }
 
 const conf_section& tier_conf_section() {
-  return section;
+  return tier_section;
 }
 
 }  // namespace strata

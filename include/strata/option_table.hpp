@@ -117,6 +117,9 @@ struct option_rule {
   std::string_view doc{};
 };
 
+/// No upper bound: the `max` of a bytes or count rule that takes any value.
+inline constexpr std::uint64_t option_no_max = std::numeric_limits<std::uint64_t>::max();
+
 /// Rule shorthands for the tables' common rows.
 /// A flag: `true` or `false`.
 constexpr option_rule flag_rule(std::string_view name, std::string_view doc) {

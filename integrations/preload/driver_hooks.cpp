@@ -18,7 +18,7 @@ using strata::preload::current_context_device;
 using strata::preload::driver_error;
 using strata::preload::real;
 
-constexpr auto not_available = CUDA_ERROR_NOT_SUPPORTED;  // no real driver function
+constexpr auto no_driver_function = CUDA_ERROR_NOT_SUPPORTED;  // no real driver function
 
 void* as_ptr(CUdeviceptr p) {
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p));
@@ -47,33 +47,35 @@ extern "C" {
 
 [[gnu::visibility("default")]] CUresult cuMemAlloc(CUdeviceptr* dptr, size_t bytesize) {
   if (auto r = allocate(dptr, bytesize, nullptr, false)) return *r;
-  return real().mem_alloc != nullptr ? real().mem_alloc(dptr, bytesize) : not_available;
+  return real().mem_alloc != nullptr ? real().mem_alloc(dptr, bytesize) : no_driver_function;
 }
 
 [[gnu::visibility("default")]] CUresult cuMemFree(CUdeviceptr dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
   if (auto r = release(dptr, nullptr, false)) return *r;
-  return real().mem_free != nullptr ? real().mem_free(dptr) : not_available;
+  return real().mem_free != nullptr ? real().mem_free(dptr) : no_driver_function;
 }
 
 [[gnu::visibility("default")]] CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
                                                         CUstream hStream) {
   if (auto r = allocate(dptr, bytesize, hStream, true)) return *r;
   return real().mem_alloc_async != nullptr ? real().mem_alloc_async(dptr, bytesize, hStream)
-                                           : not_available;
+                                           : no_driver_function;
 }
 
 [[gnu::visibility("default")]] CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   if (dptr == 0) return CUDA_SUCCESS;
   if (auto r = release(dptr, hStream, true)) return *r;
-  return real().mem_free_async != nullptr ? real().mem_free_async(dptr, hStream) : not_available;
+  return real().mem_free_async != nullptr ? real().mem_free_async(dptr, hStream)
+                                          : no_driver_function;
 }
 
 [[gnu::visibility("default")]] CUresult cuMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto info = strata::preload::strata_memory(current_context_device());
   if (!info) {
-    return real().cu_mem_get_info != nullptr ? real().cu_mem_get_info(free, total) : not_available;
+    return real().cu_mem_get_info != nullptr ? real().cu_mem_get_info(free, total)
+                                             : no_driver_function;
   }
   if (!*info) return driver_error(info->code());
   *free = (*info)->free;
@@ -113,7 +115,7 @@ extern "C" {
 [[gnu::visibility("default")]] CUresult cuGetProcAddress(const char* symbol, void** pfn,
                                                          int cudaVersion, cuuint64_t flags,
                                                          CUdriverProcAddressQueryResult* status) {
-  if (real().get_proc_address == nullptr) return not_available;
+  if (real().get_proc_address == nullptr) return no_driver_function;
   const CUresult r = real().get_proc_address(symbol, pfn, cudaVersion, flags, status);
   if (r == CUDA_SUCCESS && pfn != nullptr) substitute(pfn);
   return r;
@@ -123,7 +125,7 @@ extern "C" {
 // The CUDA 11.3 form, without the status.
 [[gnu::visibility("default")]] CUresult cuGetProcAddress(const char* symbol, void** pfn,
                                                          int cudaVersion, cuuint64_t flags) {
-  if (real().get_proc_address_v1 == nullptr) return not_available;
+  if (real().get_proc_address_v1 == nullptr) return no_driver_function;
   const CUresult r = real().get_proc_address_v1(symbol, pfn, cudaVersion, flags);
   if (r == CUDA_SUCCESS && pfn != nullptr) substitute(pfn);
   return r;

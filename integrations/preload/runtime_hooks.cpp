@@ -16,7 +16,7 @@ using strata::preload::current_device;
 using strata::preload::real;
 using strata::preload::runtime_error;
 
-constexpr auto not_available = cudaErrorNotSupported;  // no real runtime function
+constexpr auto no_runtime_function = cudaErrorNotSupported;  // no real runtime function
 
 // Allocates through Strata; nullopt when Strata is off (pass it through).
 std::optional<cudaError_t> allocate(void** ptr, size_t size, cudaStream_t stream, bool async) {
@@ -40,13 +40,13 @@ cudaError_t malloc_async(void** ptr, size_t size, cudaStream_t stream,
   if (auto r = allocate(ptr, size, stream != nullptr ? stream : per_thread_null, true)) {
     return *r;
   }
-  return passthrough != nullptr ? passthrough(ptr, size, stream) : not_available;
+  return passthrough != nullptr ? passthrough(ptr, size, stream) : no_runtime_function;
 }
 
 cudaError_t free_async(void* ptr, cudaStream_t stream, decltype(&cudaFreeAsync) passthrough) {
   if (ptr == nullptr) return cudaSuccess;
   if (auto r = release(ptr, stream, true)) return *r;
-  return passthrough != nullptr ? passthrough(ptr, stream) : not_available;
+  return passthrough != nullptr ? passthrough(ptr, stream) : no_runtime_function;
 }
 
 }  // namespace
@@ -55,13 +55,13 @@ extern "C" {
 
 [[gnu::visibility("default")]] cudaError_t cudaMalloc(void** devPtr, size_t size) {
   if (auto r = allocate(devPtr, size, nullptr, false)) return *r;
-  return real().malloc != nullptr ? real().malloc(devPtr, size) : not_available;
+  return real().malloc != nullptr ? real().malloc(devPtr, size) : no_runtime_function;
 }
 
 [[gnu::visibility("default")]] cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return cudaSuccess;
   if (auto r = release(devPtr, nullptr, false)) return *r;
-  return real().free != nullptr ? real().free(devPtr) : not_available;
+  return real().free != nullptr ? real().free(devPtr) : no_runtime_function;
 }
 
 [[gnu::visibility("default")]] cudaError_t cudaMallocAsync(void** devPtr, size_t size,
@@ -89,7 +89,7 @@ extern "C" {
   if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
   auto info = strata::preload::strata_memory(current_device());
   if (!info) {
-    return real().mem_get_info != nullptr ? real().mem_get_info(free, total) : not_available;
+    return real().mem_get_info != nullptr ? real().mem_get_info(free, total) : no_runtime_function;
   }
   if (!*info) return runtime_error(info->code());
   *free = (*info)->free;
