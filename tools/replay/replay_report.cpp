@@ -226,8 +226,8 @@ std::string report_text(const alloc_trace& trace, const replay_result& r) {
     line("timeline: PyTorch, modeled",
          "expandable segments create and map " + counted(tl.expandable_pages, "page", "pages") +
              " (20 MiB; 2 MiB in the small pool), " +
-             (tl.expandable_priced
-                  ? fixed(tl.expandable_map_ms, 1) + " ms (" +
+             (tl.expandable_map_ms
+                  ? fixed(*tl.expandable_map_ms, 1) + " ms (" +
                         fixed(100 * tl.expandable_map_fraction(), 2) + "% of the trace)"
                   : std::string("not priced (more than this device holds)")) +
              "; the default allocator makes " +
@@ -302,9 +302,9 @@ std::string report_json(const alloc_trace& trace, const replay_result& r) {
               ",\"first_map_ms\":" + number(tl.first_map_ms) + ",\"first_map_fraction\":" +
               number(tl.first_map_fraction()) + R"(,"pytorch_modeled":{"expandable_pages":)" +
               std::to_string(tl.expandable_pages) + ",\"expandable_map_ms\":" +
-              (tl.expandable_priced ? number(tl.expandable_map_ms) : "null") +
+              (tl.expandable_map_ms ? number(*tl.expandable_map_ms) : "null") +
               ",\"expandable_map_fraction\":" +
-              (tl.expandable_priced ? number(tl.expandable_map_fraction()) : "null") +
+              (tl.expandable_map_ms ? number(tl.expandable_map_fraction()) : "null") +
               ",\"default_cuda_mallocs\":" + std::to_string(tl.native_mallocs) +
               "},\"steady\":" + steady_json(tl.steady) + "}");
   } else {

@@ -351,9 +351,7 @@ void price_pytorch(const replay_options& o, const alloc_trace& trace,
   if (!spec) return;
   // Unpriced where the device cannot hold the model's pages (a trace
   // larger than the device) or its pages are not whole device pages.
-  const auto ms = expandable_map_ms(*spec, expandable.growths());
-  t.expandable_priced = static_cast<bool>(ms);
-  if (ms) t.expandable_map_ms = *ms;
+  if (const auto ms = expandable_map_ms(*spec, expandable.growths())) t.expandable_map_ms = *ms;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,20 +50,20 @@ struct timeline_result {
   // PyTorch's allocator given the same requests over the same pass,
   // modeled (replayer.hpp, run_pytorch_model). With expandable segments:
   // the pages it created and mapped and their driver time at this
-  // device's prices (expandable_cost.hpp), when they could be priced. By
-  // default: its cudaMalloc calls, not priced (the calibration timed one
-  // size only: 0.24-0.32 ms for 64 MiB on an H100).
+  // device's prices (expandable_cost.hpp; none when they could not be
+  // priced). By default: its cudaMalloc calls, not priced (the calibration
+  // timed one size only: 0.24-0.32 ms for 64 MiB on an H100).
   std::uint64_t expandable_pages = 0;
-  bool expandable_priced = false;
-  double expandable_map_ms = 0;
+  std::optional<double> expandable_map_ms;
   std::uint64_t native_mallocs = 0;
 
   [[nodiscard]] double added_fraction() const { return trace_ms > 0 ? added_ms / trace_ms : 0; }
   [[nodiscard]] double first_map_fraction() const {
     return trace_ms > 0 ? first_map_ms / trace_ms : 0;
   }
+  /// expandable_map_ms over the trace (0 when not priced).
   [[nodiscard]] double expandable_map_fraction() const {
-    return trace_ms > 0 ? expandable_map_ms / trace_ms : 0;
+    return trace_ms > 0 ? expandable_map_ms.value_or(0) / trace_ms : 0;
   }
   [[nodiscard]] double second_half_added_fraction() const {
     return second_half_trace_ms > 0 ? second_half_added_ms / second_half_trace_ms : 0;
